@@ -1,0 +1,107 @@
+"""Types that cross stage boundaries (sampler -> rollout -> tournament/judge -> advantages -> train).
+
+Shape legend used across the package (suffixes on array names, e.g. ``tokens_NT``):
+  B  prompts in a batch            G  group size (trajectories per prompt)
+  N  rows = B * G (row r belongs to prompt r // G; row 0 of a group is the greedy anchor)
+  T  tokens (time)                 S  KV-cache slots            V  vocabulary
+  L  layers   D  model width   H  query heads   K  KV heads   F  head dim
+
+The host-side types here are plain frozen dataclasses (hashable where cheap, never traced by jit).
+"""
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, Mapping, Protocol, Sequence, runtime_checkable
+
+import numpy as np
+
+
+@dataclasses.dataclass(frozen=True)
+class ToolCall:
+  """One tool call the policy asked for: a name and its parsed JSON arguments."""
+
+  name: str
+  arguments: Mapping[str, Any] = dataclasses.field(default_factory=dict)
+
+
+@dataclasses.dataclass(frozen=True)
+class Step:
+  """One assistant turn and the tool observations it caused (in call order)."""
+
+  reasoning: str = ""
+  content: str = ""
+  tool_calls: tuple[ToolCall, ...] = ()
+  tool_results: tuple[str, ...] = ()
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class Trajectory:
+  """One agent rollout for one query.
+
+  ``steps`` is what the judge sees (process-aware: reasoning, tool calls, tool results, final answer).
+  ``tokens``/``loss_mask`` are what training sees: the whole multi-turn conversation as ONE sequence,
+  loss_mask = 1 exactly on policy-generated tokens (0 on prompt and tool observations). Both are
+  optional so judges and tournaments can be used (and tested) without a model.
+  """
+
+  query: str
+  steps: tuple[Step, ...] = ()
+  tokens: np.ndarray | None = None  # int32 [T]
+  loss_mask: np.ndarray | None = None  # int32/bool [T]
+  finish_reason: str = ""  # "answer" | "length" | "max_turns" | "error" | ...
+  metadata: Mapping[str, Any] = dataclasses.field(default_factory=dict)
+
+  @property
+  def final_answer(self) -> str:
+    """Content of the last assistant step ("" when there is none)."""
+    return self.steps[-1].content if self.steps else ""
+
+
+@dataclasses.dataclass(frozen=True)
+class Match:
+  """Trajectory ``i`` of group ``group`` (as P) against trajectory ``j`` (as Q), for one ``query``."""
+
+  group: int
+  i: int
+  j: int
+  query: str
+  p: Trajectory | None = None
+  q: Trajectory | None = None
+
+
+@dataclasses.dataclass(frozen=True)
+class MatchResult:
+  """Bidirectional-sum scores in [0, 20] (forward A + backward B, and vice versa).
+
+  A failed match has ``ok=False``, an ``error`` message, and is scored as a tie by the tournament.
+  ``requests`` counts judge requests actually sent (2 per match unless cached or failed early);
+  ``detail`` carries backend-specific diagnostics (per-direction scores, raw replies' lengths, ...).
+  """
+
+  score_p: float
+  score_q: float
+  ok: bool = True
+  error: str | None = None
+  requests: int = 2
+  detail: Mapping[str, Any] | None = None
+
+
+@runtime_checkable
+class Judge(Protocol):
+  """Anything that scores a batch of matches. It owns its concurrency; results align with input."""
+
+  def judge(self, matches: Sequence[Match]) -> list[MatchResult]:
+    ...
+
+
+@dataclasses.dataclass(frozen=True)
+class GroupResult:
+  """What the tournament computed for one group of N trajectories."""
+
+  order: tuple[int, ...]  # trajectory indices, best first
+  ranks: np.ndarray  # int32 [N], 1 = best ("min" ranks when the topology allows ties)
+  base_rewards: np.ndarray  # float32 [N] in [0, 1]
+  advantages: np.ndarray  # float32 [N]
+  matches: tuple[tuple[Match, MatchResult], ...]  # the match log, in play order
+  requests: int  # judge requests (one match = two)
+  failures: int  # matches that failed and were scored as ties

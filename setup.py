@@ -1,0 +1,33 @@
+"""arenarl_jax: tournament-based RL for open-ended LLM agents, in JAX/Flax."""
+import setuptools
+
+setuptools.setup(
+    name="arenarl_jax",
+    version="0.1.0",
+    description="ArenaRL in JAX/Flax: tournament-ranked RL for open-ended LLM agents.",
+    packages=setuptools.find_packages(include=["arenarl_jax", "arenarl_jax.*"]),
+    python_requires=">=3.11",
+    # Ranges, not pins: the GPU machine ships its own jax/flax (0.11 era) and we must run there too.
+    install_requires=[
+        "jax>=0.6",
+        "flax>=0.11",
+        "optax>=0.2.4",
+        "orbax-checkpoint>=0.11",
+        "transformers>=5.0,<6",  # tokenizers, configs, chat templates only (no Flax models in 5.x)
+        "tokenizers>=0.21",
+        "safetensors>=0.4",
+        "ml-collections>=1.0",
+        "tensorflow-datasets>=4.9",  # array_record data sources only; no TensorFlow
+        "gguf>=0.17",
+        "jinja2>=3.1",
+        "absl-py>=2.0",
+        "numpy>=1.26",
+        "httpx>=0.27,<1",  # async OpenAI-compatible judge client
+        "matplotlib>=3.8",  # experiment plots
+    ],
+    extras_require={
+        # torch + accelerate are only the reference implementation in tests and benchmarks.
+        "test": ["pytest>=8", "chex>=0.1.87", "torch==2.13.0", "accelerate>=1.0", "psutil>=5.9"],
+    },
+    entry_points={"console_scripts": ["arenarl=arenarl_jax.main:run"]},
+)
