@@ -1,0 +1,73 @@
+"""Grouped-query attention with RoPE, optional q/k RMSNorm (Qwen3) and the position-indexed KV cache."""
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+from flax import nnx
+
+from arenarl_jax.models import kv_cache
+from arenarl_jax.models.config import ModelConfig
+from arenarl_jax.models.layers import Linear, RMSNorm
+from arenarl_jax.models.rope import apply_rope
+
+# Finite, so a query whose keys are all masked (a padding query) averages instead of producing NaN.
+_MASKED = -1e30
+
+
+def attend(q_NTKRF, k_NKSF, v_NKSF, visible_NTS):
+  """Softmax attention in float32; R = query heads per KV head (GQA without repeating K/V)."""
+  scale = q_NTKRF.shape[-1] ** -0.5
+  scores_NKRTS = jnp.einsum("ntkrf,nksf->nkrts", q_NTKRF, k_NKSF,
+                            preferred_element_type=jnp.float32) * scale
+  scores_NKRTS = jnp.where(visible_NTS[:, None, None], scores_NKRTS, _MASKED)
+  probs_NKRTS = jax.nn.softmax(scores_NKRTS, axis=-1).astype(v_NKSF.dtype)
+  return jnp.einsum("nkrts,nksf->ntkrf", probs_NKRTS, v_NKSF)
+
+
+class Attention(nnx.Module):
+  """Projections + RoPE + GQA. With a cache, writes this chunk at its positions, then attends."""
+
+  def __init__(self, cfg: ModelConfig, *, rngs: nnx.Rngs):
+    d, hd, dt = cfg.d_model, cfg.head_dim, cfg.dtype
+    self.cfg = cfg
+    self.q = Linear(d, cfg.n_heads * hd, bias=cfg.qkv_bias, dtype=dt, rngs=rngs)
+    self.k = Linear(d, cfg.n_kv_heads * hd, bias=cfg.qkv_bias, dtype=dt, rngs=rngs)
+    self.v = Linear(d, cfg.n_kv_heads * hd, bias=cfg.qkv_bias, dtype=dt, rngs=rngs)
+    self.o = Linear(cfg.n_heads * hd, d, bias=False, dtype=dt, rngs=rngs)
+    if cfg.qk_norm:
+      self.q_norm = RMSNorm(hd, cfg.norm_eps, dt)
+      self.k_norm = RMSNorm(hd, cfg.norm_eps, dt)
+    else:
+      self.q_norm = self.k_norm = None
+
+  def __call__(self, x_NTD, cos_NTF, sin_NTF, positions_NT, *, mask_NT=None, cache_kv=None):
+    """Returns (out_NTD, (k_NKSF, v_NKSF) or None)."""
+    cfg = self.cfg
+    n, t, _ = x_NTD.shape
+    heads, kv, hd = cfg.n_heads, cfg.n_kv_heads, cfg.head_dim
+    q_NTHF = self.q(x_NTD).reshape(n, t, heads, hd)
+    k_NTKF = self.k(x_NTD).reshape(n, t, kv, hd)
+    v_NTKF = self.v(x_NTD).reshape(n, t, kv, hd)
+    if self.q_norm is not None:
+      q_NTHF, k_NTKF = self.q_norm(q_NTHF), self.k_norm(k_NTKF)
+    q_NTHF = apply_rope(q_NTHF, cos_NTF, sin_NTF)
+    k_NTKF = apply_rope(k_NTKF, cos_NTF, sin_NTF)
+    q_NTKRF = q_NTHF.reshape(n, t, kv, heads // kv, hd)
+
+    if cache_kv is None:
+      # Full sequence: causal by token index, keys limited by the padding mask.
+      visible_NTS = jnp.tril(jnp.ones((t, t), bool))[None]
+      if mask_NT is not None:
+        visible_NTS = visible_NTS & mask_NT[:, None, :].astype(bool)
+      k_NKSF, v_NKSF = k_NTKF.transpose(0, 2, 1, 3), v_NTKF.transpose(0, 2, 1, 3)
+      new_cache = None
+    else:
+      k_NKSF = kv_cache.write(cache_kv[0], k_NTKF, positions_NT)
+      v_NKSF = kv_cache.write(cache_kv[1], v_NTKF, positions_NT)
+      slots_S = jnp.arange(k_NKSF.shape[2])
+      # Right-padding tokens of a chunk sit at later positions than the row's real tokens, so what
+      # they write is invisible to them; mask_NT is not needed here.
+      visible_NTS = slots_S[None, None, :] <= positions_NT[:, :, None]
+      new_cache = (k_NKSF, v_NKSF)
+    out_NTKRF = attend(q_NTKRF, k_NKSF, v_NKSF, visible_NTS)
+    return self.o(out_NTKRF.reshape(n, t, heads * hd)), new_cache

@@ -1,0 +1,155 @@
+"""Model hyper-parameters for the decoder family (Llama, Qwen2/2.5, Qwen3) and named presets."""
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, Mapping
+
+import jax.numpy as jnp
+
+FAMILIES = ("llama", "qwen2", "qwen3")
+
+
+@dataclasses.dataclass(frozen=True)
+class ModelConfig:
+  """Everything that shapes the network. Frozen and hashable, so it can be a jit static argument."""
+
+  vocab_size: int
+  d_model: int
+  n_layers: int
+  n_heads: int
+  n_kv_heads: int
+  head_dim: int
+  ffn_dim: int
+  family: str = "llama"
+  rope_theta: float = 10_000.0
+  # Sorted (key, value) pairs of HF's rope_parameters minus rope_theta; () = plain RoPE.
+  rope_scaling: tuple[tuple[str, Any], ...] = ()
+  norm_eps: float = 1e-6
+  tie_embeddings: bool = False
+  qkv_bias: bool = False  # Qwen2/2.5 (and Llama with attention_bias)
+  qk_norm: bool = False  # Qwen3: RMSNorm over head_dim on q and k before RoPE
+  max_seq_len: int = 8192
+  param_dtype: str = "float32"  # float32 on CPU (bf16 is ~4x slower there), bfloat16 on TPU/GPU
+
+  def __post_init__(self):
+    if self.family not in FAMILIES:
+      raise ValueError(f"unknown model family {self.family!r}; expected one of {FAMILIES}")
+    if self.n_heads % self.n_kv_heads:
+      raise ValueError(f"n_heads={self.n_heads} is not a multiple of n_kv_heads={self.n_kv_heads}")
+
+  @property
+  def dtype(self):
+    return jnp.dtype(self.param_dtype)
+
+  @property
+  def rope(self) -> dict[str, Any]:
+    return dict(self.rope_scaling)
+
+  def num_params(self) -> int:
+    """Parameter count (the head counted once when tied)."""
+    d, f, hd = self.d_model, self.ffn_dim, self.head_dim
+    attn = d * hd * (self.n_heads * 2 + self.n_kv_heads * 2)
+    if self.qkv_bias:
+      attn += hd * (self.n_heads + 2 * self.n_kv_heads)
+    if self.qk_norm:
+      attn += 2 * hd
+    block = attn + 3 * d * f + 2 * d
+    head = 0 if self.tie_embeddings else self.vocab_size * d
+    return self.n_layers * block + self.vocab_size * d + d + head
+
+
+def from_hf_config(hf: Mapping[str, Any], *, source: str = "config.json") -> ModelConfig:
+  """Builds a ModelConfig from a transformers ``config.json`` dict (llama, qwen2, qwen3)."""
+  family = hf.get("model_type")
+  if family not in FAMILIES:
+    raise ValueError(f"{source}: unsupported model_type {family!r}; supported: {FAMILIES}")
+
+  def need(key):
+    if key not in hf:
+      raise KeyError(f"{source}: missing required key {key!r}")
+    return hf[key]
+
+  d_model, n_heads = int(need("hidden_size")), int(need("num_attention_heads"))
+  # transformers 5 writes rope_parameters (with rope_theta inside); 4.x wrote rope_theta/rope_scaling.
+  rope = dict(hf.get("rope_parameters") or hf.get("rope_scaling") or {})
+  theta = float(rope.pop("rope_theta", hf.get("rope_theta", 10_000.0)))
+  rope_type = rope.get("rope_type", rope.get("type", "default"))
+  rope.pop("type", None)
+  rope["rope_type"] = rope_type
+  if rope_type == "default":
+    rope = {}
+  elif rope_type not in ("linear", "llama3", "yarn"):
+    raise ValueError(f"{source}: unsupported rope_type {rope_type!r} (default, linear, llama3, yarn)")
+  if rope_type == "yarn":
+    rope.setdefault("max_position_embeddings", hf.get("max_position_embeddings"))
+  if hf.get("partial_rotary_factor", 1.0) != 1.0:
+    raise ValueError(f"{source}: partial_rotary_factor != 1 is not supported")
+  return ModelConfig(
+      family=family,
+      vocab_size=int(need("vocab_size")),
+      d_model=d_model,
+      n_layers=int(need("num_hidden_layers")),
+      n_heads=n_heads,
+      n_kv_heads=int(hf.get("num_key_value_heads") or n_heads),
+      head_dim=int(hf.get("head_dim") or d_model // n_heads),
+      ffn_dim=int(need("intermediate_size")),
+      rope_theta=theta,
+      rope_scaling=tuple(sorted(rope.items())),
+      norm_eps=float(hf.get("rms_norm_eps", 1e-6)),
+      tie_embeddings=bool(hf.get("tie_word_embeddings", False)),
+      qkv_bias=family == "qwen2" or bool(hf.get("attention_bias", False)),
+      qk_norm=family == "qwen3",
+      max_seq_len=int(hf.get("max_position_embeddings", 8192)),
+  )
+
+
+def to_hf_config(cfg: ModelConfig) -> dict[str, Any]:
+  """The transformers ``config.json`` dict for ``cfg`` (inverse of from_hf_config)."""
+  rope = {"rope_type": "default", "rope_theta": cfg.rope_theta}
+  if cfg.rope_scaling:
+    rope = dict(cfg.rope_scaling, rope_theta=cfg.rope_theta)
+    rope.pop("max_position_embeddings", None)
+  arch = {"llama": "LlamaForCausalLM", "qwen2": "Qwen2ForCausalLM", "qwen3": "Qwen3ForCausalLM"}
+  out = {
+      "architectures": [arch[cfg.family]],
+      "model_type": cfg.family,
+      "vocab_size": cfg.vocab_size,
+      "hidden_size": cfg.d_model,
+      "intermediate_size": cfg.ffn_dim,
+      "num_hidden_layers": cfg.n_layers,
+      "num_attention_heads": cfg.n_heads,
+      "num_key_value_heads": cfg.n_kv_heads,
+      "head_dim": cfg.head_dim,
+      "hidden_act": "silu",
+      "max_position_embeddings": cfg.max_seq_len,
+      "rms_norm_eps": cfg.norm_eps,
+      "tie_word_embeddings": cfg.tie_embeddings,
+      "rope_parameters": rope,
+      "torch_dtype": cfg.param_dtype,
+  }
+  if cfg.family == "llama":
+    out["attention_bias"] = cfg.qkv_bias
+    out["mlp_bias"] = False
+  return out
+
+
+# Named architectures. Weights come from a checkpoint; these only fix the shapes.
+PRESETS: dict[str, ModelConfig] = {
+    "smollm2_135m": ModelConfig(
+        vocab_size=49_152, d_model=576, n_layers=30, n_heads=9, n_kv_heads=3, head_dim=64,
+        ffn_dim=1536, rope_theta=100_000.0, norm_eps=1e-5, tie_embeddings=True, max_seq_len=8192),
+    "qwen3_8b": ModelConfig(
+        family="qwen3", vocab_size=151_936, d_model=4096, n_layers=36, n_heads=32, n_kv_heads=8,
+        head_dim=128, ffn_dim=12_288, rope_theta=1_000_000.0, norm_eps=1e-6, qk_norm=True,
+        max_seq_len=40_960, param_dtype="bfloat16"),
+    # Tiny random models for tests and CPU smoke runs (vocab matches SmolLM2's tokenizer).
+    "tiny": ModelConfig(
+        vocab_size=49_152, d_model=64, n_layers=2, n_heads=4, n_kv_heads=2, head_dim=16,
+        ffn_dim=128, rope_theta=10_000.0, norm_eps=1e-5, tie_embeddings=True, max_seq_len=2048),
+}
+
+
+def get_preset(name: str) -> ModelConfig:
+  if name not in PRESETS:
+    raise KeyError(f"unknown model preset {name!r}; known: {sorted(PRESETS)}")
+  return PRESETS[name]

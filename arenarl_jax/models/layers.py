@@ -1,0 +1,44 @@
+"""Small building blocks: RMSNorm, a bias-optional linear layer, the SwiGLU MLP."""
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+from flax import nnx
+
+
+class RMSNorm(nnx.Module):
+  """y = x / rms(x) * scale, computed in float32 (as the reference does) and cast back."""
+
+  def __init__(self, dim: int, eps: float, dtype):
+    self.scale = nnx.Param(jnp.ones((dim,), dtype))
+    self.eps = eps
+
+  def __call__(self, x):
+    x32 = x.astype(jnp.float32)
+    y = x32 * jax.lax.rsqrt(jnp.mean(x32 * x32, axis=-1, keepdims=True) + self.eps)
+    return (y * self.scale[...].astype(jnp.float32)).astype(x.dtype)
+
+
+class Linear(nnx.Module):
+  """x @ kernel (+ bias); kernel stored [in, out] (HF stores [out, in]: loaders transpose)."""
+
+  def __init__(self, d_in: int, d_out: int, *, bias: bool, dtype, rngs: nnx.Rngs):
+    init = jax.random.normal(rngs.params(), (d_in, d_out), jnp.float32) * (d_in ** -0.5)
+    self.kernel = nnx.Param(init.astype(dtype))
+    self.bias = nnx.Param(jnp.zeros((d_out,), dtype)) if bias else None
+
+  def __call__(self, x):
+    y = x @ self.kernel[...]
+    return y + self.bias[...] if self.bias is not None else y
+
+
+class MLP(nnx.Module):
+  """SwiGLU: down(silu(gate(x)) * up(x))."""
+
+  def __init__(self, d_model: int, ffn_dim: int, *, dtype, rngs: nnx.Rngs):
+    self.gate = Linear(d_model, ffn_dim, bias=False, dtype=dtype, rngs=rngs)
+    self.up = Linear(d_model, ffn_dim, bias=False, dtype=dtype, rngs=rngs)
+    self.down = Linear(ffn_dim, d_model, bias=False, dtype=dtype, rngs=rngs)
+
+  def __call__(self, x):
+    return self.down(jax.nn.silu(self.gate(x)) * self.up(x))
