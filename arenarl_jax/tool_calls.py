@@ -155,25 +155,25 @@ def parse_call(body: str) -> tuple[types.ToolCall | None, str]:
   try:
     obj = json.loads(s)
   except json.JSONDecodeError as e:
-    return None, f"invalid JSON ({e.msg} at line {e.lineno} column {e.colno}): {_snippet(s)}"
+    return None, f"invalid JSON: {e.msg} (line {e.lineno}, column {e.colno}) in {_snippet(s)}"
   except RecursionError:
-    return None, "invalid JSON (nested too deeply)"
+    return None, "invalid JSON: nested too deeply"
   if not isinstance(obj, dict):
     return None, f"expected a JSON object, got {_json_type(obj)}"
   if "name" not in obj:
-    return None, f"missing \"name\": {_snippet(s)}"
+    return None, f"missing \"name\" in {_snippet(s)}"
   name = obj["name"]
   if not isinstance(name, str) or not name.strip():
-    return None, f"\"name\" must be a non-empty string, got {_json_type(name)}: {_snippet(s)}"
+    return None, f"\"name\" must be a non-empty string, got {_json_type(name)} in {_snippet(s)}"
   name = name.strip()
   args = obj.get("arguments", {})
   if isinstance(args, str):
     try:
       args = json.loads(args) if args.strip() else {}
     except json.JSONDecodeError as e:
-      return None, f"{name}: \"arguments\" is a string that is not valid JSON ({e.msg})"
+      return None, f"\"arguments\" of {name!r} is a string that is not valid JSON: {e.msg}"
   if not isinstance(args, dict):
-    return None, f"{name}: \"arguments\" must be a JSON object, got {_json_type(args)}"
+    return None, f"\"arguments\" of {name!r} must be a JSON object, got {_json_type(args)}"
   return types.ToolCall(name=name, arguments=args), ""
 
 
