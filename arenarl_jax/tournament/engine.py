@@ -1,0 +1,141 @@
+"""Lockstep tournament engine: all groups advance one round together, one judge call per round."""
+from __future__ import annotations
+
+import logging
+from typing import Sequence
+
+import numpy as np
+
+from arenarl_jax import advantages
+from arenarl_jax.tournament import registry
+from arenarl_jax.tournament import topology as topology_lib
+from arenarl_jax.types import GroupResult, Judge, Match, MatchResult, Trajectory
+
+DEFAULT_FAILURE_THRESHOLD = 0.1
+_TIE = 10.0  # a failed match is scored as a tie at the middle of [0, 20]
+_MAX_SCORE = 20.0
+
+
+class JudgeFailureError(RuntimeError):
+  """Too many matches of one ``rank`` call failed to be judged."""
+
+
+def rank(
+    groups: Sequence[Sequence[Trajectory]],
+    judge: Judge,
+    topology: str,
+    rng: int | np.random.Generator,
+    *,
+    failure_threshold: float = DEFAULT_FAILURE_THRESHOLD,
+) -> list[GroupResult]:
+  """Ranks every group of a batch with one tournament each; returns one GroupResult per group.
+
+  ``groups[b]`` is the list of N >= 2 trajectories of prompt b (index 0 = the greedy anchor); all
+  share one ``query``, which fills ``Match.query``; ``Match.group`` is b. Sizes may differ.
+  ``rng`` (a seed or a numpy Generator) is split into one stream per group, so a group's result
+  depends only on its seed stream, its index and the judge. Failed matches (``ok=False``) count
+  as ties and are logged; when more than ``failure_threshold`` of all matches of this call fail,
+  a ``JudgeFailureError`` is raised (as soon as that is certain).
+  """
+  spec = registry.TOPOLOGIES.get(topology)
+  if spec is None:
+    raise ValueError(f"tournament.rank: unknown topology {topology!r}; "
+                     f"expected one of {sorted(registry.TOPOLOGIES)}")
+  if not 0.0 <= failure_threshold <= 1.0:
+    raise ValueError(f"tournament.rank: failure_threshold must be in [0, 1], "
+                     f"got {failure_threshold}")
+  groups = [list(g) for g in groups]
+  queries = [_query_of(b, g) for b, g in enumerate(groups)]
+  if isinstance(rng, (int, np.integer)) or isinstance(rng, np.random.Generator):
+    streams = np.random.default_rng(rng).spawn(len(groups)) if spec.uses_rng else None
+  else:
+    raise TypeError(f"tournament.rank: rng must be an int seed or a numpy Generator, "
+                    f"got {type(rng).__name__}")
+  planned = sum(spec.num_matches(len(g)) for g in groups)
+
+  plays = [spec.play(len(g), streams[b] if streams else None) for b, g in enumerate(groups)]
+  logs: list[list[tuple[Match, MatchResult]]] = [[] for _ in groups]
+  requests = [0] * len(groups)
+  failures = [0] * len(groups)
+  standings: list[topology_lib.Standing | None] = [None] * len(groups)
+  active = [(b, _advance(play, None)) for b, play in enumerate(plays)]
+  failed_so_far, round_index = 0, 0
+  while active:
+    matches: list[Match] = []
+    for b, pairs in active:
+      group, query = groups[b], queries[b]
+      matches.extend([Match(b, i, j, query, group[i], group[j]) for i, j in pairs])
+    results = list(judge.judge(matches))
+    scores_M2, ok_M, requests_M = _check_results(matches, results)
+    num_failed = len(matches) - int(ok_M.sum())
+    if num_failed:
+      failed_so_far += num_failed
+      first = next(r for r in results if not r.ok)
+      logging.warning("tournament %s round %d: %d of %d matches failed, scored as ties "
+                      "(first error: %s)", topology, round_index, num_failed,
+                      len(matches), first.error)
+      # The final rate is failed / planned, so passing the threshold is already certain here.
+      if failed_so_far > failure_threshold * planned:
+        raise JudgeFailureError(
+            f"tournament {topology}: {failed_so_far} of {planned} matches failed "
+            f"({failed_so_far / planned:.1%}) > failure_threshold={failure_threshold:.1%}; "
+            f"first error: {first.error}")
+    cum_requests = np.concatenate([[0], np.cumsum(requests_M)]).tolist()
+    cum_failed = np.concatenate([[0], np.cumsum(~ok_M)]).tolist()
+    next_active, start = [], 0
+    for b, pairs in active:
+      stop = start + len(pairs)
+      logs[b].extend(zip(matches[start:stop], results[start:stop]))
+      requests[b] += cum_requests[stop] - cum_requests[start]
+      failures[b] += cum_failed[stop] - cum_failed[start]
+      try:
+        next_active.append((b, _advance(plays[b], scores_M2[start:stop])))
+      except StopIteration as done:
+        standings[b] = done.value
+      start = stop
+    active, round_index = next_active, round_index + 1
+
+  return [
+      GroupResult(order=s.order, ranks=s.ranks, base_rewards=s.rewards,
+                  advantages=advantages.standardize(s.rewards), matches=tuple(log),
+                  requests=req, failures=fail)
+      for s, log, req, fail in zip(standings, logs, requests, failures)
+  ]
+
+
+def _advance(play: topology_lib.Play, scores_M2: np.ndarray | None) -> topology_lib.Pairs:
+  """The group's next non-empty round (StopIteration carries its Standing when it is done)."""
+  pairs = next(play) if scores_M2 is None else play.send(scores_M2)
+  while not pairs:
+    pairs = play.send(np.zeros((0, 2)))
+  return pairs
+
+
+def _query_of(b: int, group: list[Trajectory]) -> str:
+  if len(group) < 2:
+    raise ValueError(f"tournament.rank: group {b} has {len(group)} trajectories; "
+                     f"a tournament needs N >= 2")
+  query = group[0].query
+  for i, t in enumerate(group):
+    if t.query != query:
+      raise ValueError(f"tournament.rank: group {b} mixes queries: trajectory 0 has "
+                       f"{query!r}, trajectory {i} has {t.query!r}")
+  return query
+
+
+def _check_results(matches: list[Match], results: list[MatchResult]):
+  """Scores [M, 2] with failures as ties, ok mask [M], requests [M]; bad scores raise."""
+  if len(results) != len(matches):
+    raise ValueError(f"judge returned {len(results)} results for {len(matches)} matches")
+  ok_M = np.array([r.ok for r in results], bool)
+  scores_M2 = np.array([(r.score_p, r.score_q) for r in results], np.float64).reshape(-1, 2)
+  requests_M = np.array([r.requests for r in results], np.int64)
+  bad_M = ok_M & ~np.all(np.isfinite(scores_M2) & (scores_M2 >= 0) &
+                         (scores_M2 <= _MAX_SCORE), axis=1)
+  if bad_M.any():
+    k = int(np.argmax(bad_M))
+    m = matches[k]
+    raise ValueError(f"judge returned scores {tuple(scores_M2[k])} outside [0, 20] for match "
+                     f"group={m.group} i={m.i} j={m.j}")
+  scores_M2[~ok_M] = _TIE
+  return scores_M2, ok_M, requests_M

@@ -1,0 +1,186 @@
+"""Per-topology behaviour: Swiss quality and byes, elimination brackets, seeding and byes."""
+import math
+
+import numpy as np
+import pytest
+
+from arenarl_jax import tournament
+from arenarl_jax.judges.synthetic import NoisyJudge, ScoreMatrixJudge
+from arenarl_jax.tournament import single_elimination
+from arenarl_jax.types import Trajectory
+
+
+def make_groups(sizes):
+  return [[Trajectory(query="q") for _ in range(n)] for n in sizes]
+
+
+def spearman(a, b):
+  """Pearson correlation of average ranks (ties share their mean rank)."""
+  def avg_ranks(v):
+    v = np.asarray(v, float)
+    return np.array([(v < x).sum() + ((v == x).sum() + 1) / 2 for x in v])
+  return np.corrcoef(avg_ranks(a), avg_ranks(b))[0, 1]
+
+
+def rounds_of(res, sizes):
+  """Split a group's match log into rounds of the given sizes."""
+  pairs = [(m.i, m.j) for m, _ in res.matches]
+  out, start = [], 0
+  for size in sizes:
+    out.append(pairs[start:start + size])
+    start += size
+  return out
+
+
+def test_swiss_exact_judge_mean_spearman_at_least_0_9_at_n16():
+  qualities = np.random.default_rng(0).normal(size=(50, 16))
+  corr = []
+  for seed in range(50):
+    res = tournament.rank(make_groups([16]), NoisyJudge(qualities[seed]), "swiss", seed)[0]
+    corr.append(spearman(res.base_rewards, qualities[seed]))
+  assert np.mean(corr) >= 0.9, np.mean(corr)
+
+
+def test_swiss_n4_hand_checked_standing():
+  # Exact judge, qualities best = 1, 2nd = 3, 3rd = 2, worst = 0. Round 2 pairs the two 1-0
+  # players and the two 0-1 players: the best ends 2-0, the worst 0-2, the middle two 1-1.
+  # If round 1 paired best with worst, the 2nd best beat the 3rd and its Buchholz is 1 + 2 = 3
+  # against the 3rd's 1 + 0 = 1; otherwise both have 2 + 0 = 2 and share x of positions 1, 2.
+  qualities = np.array([0.0, 3.0, 1.0, 2.0])
+  cases = set()
+  for seed in range(12):
+    res = tournament.rank(make_groups([4]), NoisyJudge(qualities), "swiss", seed)[0]
+    round1 = {frozenset(p) for p in rounds_of(res, [2])[0]}
+    split = frozenset((1, 0)) in round1
+    cases.add(split)
+    if split:
+      np.testing.assert_allclose(res.base_rewards, [0.0, 1.0, 1 / 3, 2 / 3], atol=1e-7)
+      np.testing.assert_array_equal(res.ranks, [4, 1, 3, 2])
+      assert res.order == (1, 3, 2, 0)
+    else:
+      np.testing.assert_allclose(res.base_rewards, [0.0, 1.0, 0.5, 0.5])
+      np.testing.assert_array_equal(res.ranks, [4, 1, 2, 2])
+      assert res.order == (1, 2, 3, 0)  # full ties listed by index
+  assert cases == {True, False}
+
+
+def test_swiss_byes_go_to_the_lowest_placed_player_without_one():
+  # N = 3: round 2 gives the bye to round 1's loser and pairs the round-1 bye with the winner.
+  qualities = np.array([0.0, 1.0, 2.0])
+  for seed in range(10):
+    res = tournament.rank(make_groups([3]), NoisyJudge(qualities), "swiss", seed)[0]
+    (r1,), (r2,) = rounds_of(res, [1, 1])
+    bye1 = ({0, 1, 2} - set(r1)).pop()
+    winner1 = max(r1, key=lambda p: qualities[p])
+    assert set(r2) == {bye1, winner1}
+
+
+@pytest.mark.parametrize("n", [5, 7, 9, 13, 17])
+def test_swiss_odd_n_every_bye_is_distinct(n):
+  rounds = math.ceil(math.log2(n))
+  for seed in range(5):
+    res = tournament.rank(make_groups([n]), NoisyJudge(np.arange(float(n))), "swiss", seed)[0]
+    byes = []
+    for pairs in rounds_of(res, [n // 2] * rounds):
+      players = [p for pair in pairs for p in pair]
+      assert len(set(players)) == n - 1
+      byes.append((set(range(n)) - set(players)).pop())
+    assert len(set(byes)) == rounds
+
+
+def test_swiss_avoids_rematches_at_n16():
+  for seed in range(20):
+    judge = NoisyJudge(np.random.default_rng(seed).normal(size=16))
+    res = tournament.rank(make_groups([16]), judge, "swiss", seed)[0]
+    pairs = [frozenset((m.i, m.j)) for m, _ in res.matches]
+    assert len(set(pairs)) == len(pairs)
+
+
+def test_double_elimination_exact_judge_top_two():
+  # The best never loses; the second best only loses to the best, so it wins the losers bracket.
+  for seed in range(30):
+    for n in (2, 3, 5, 8, 16):
+      q = np.random.default_rng(seed).normal(size=n)
+      res = tournament.rank(make_groups([n]), NoisyJudge(q), "double_elimination", seed)[0]
+      assert res.order[:2] == tuple(np.argsort(-q)[:2].tolist())
+
+
+@pytest.mark.parametrize("n", [3, 6, 11, 16])
+def test_double_elimination_two_losses_eliminate(n):
+  for seed in range(10):
+    q = np.random.default_rng(seed).normal(size=n)
+    res = tournament.rank(make_groups([n]), NoisyJudge(q, noise="gaussian", noise_level=4.0,
+                                                       seed=seed), "double_elimination", seed)[0]
+    losses = np.zeros(n, int)
+    for m, r in res.matches:
+      assert losses[m.i] < 2 and losses[m.j] < 2, "a player played after its second loss"
+      losses[m.j if r.score_p >= r.score_q else m.i] += 1
+    assert all(losses[p] == 2 for p in res.order[2:])
+    assert losses[res.order[0]] <= 1
+
+
+def test_bracket_order():
+  assert single_elimination.bracket_order(2) == [0, 1]
+  assert single_elimination.bracket_order(4) == [0, 3, 1, 2]
+  assert single_elimination.bracket_order(8) == [0, 7, 3, 4, 1, 6, 2, 5]
+  assert single_elimination.bracket_order(16) == [0, 15, 7, 8, 3, 12, 4, 11,
+                                                  1, 14, 6, 9, 2, 13, 5, 10]
+  with pytest.raises(ValueError, match="power of two"):
+    single_elimination.bracket_order(6)
+
+
+def test_single_elimination_n3_hand_checked():
+  # Seeding: 1 scores 14, 2 scores 12, the anchor mean(6, 8) = 7 -> seeds [1, 2, 0].
+  # Bracket [seed 0, phantom, seed 1, seed 2]: 1 has a bye, 2 beats 0, then 1 beats 2.
+  s = np.array([[10.0, 6.0, 8.0], [14.0, 10.0, 11.0], [12.0, 9.0, 10.0]])
+  res = tournament.rank(make_groups([3]), ScoreMatrixJudge(s), "single_elimination", 0)[0]
+  assert rounds_of(res, [2, 1, 1]) == [[(1, 0), (2, 0)], [(2, 0)], [(1, 2)]]
+  assert res.order == (1, 2, 0)
+  np.testing.assert_allclose(res.base_rewards, [0.0, 1.0, 0.5])
+
+
+def test_single_elimination_all_tied_better_seed_advances():
+  # Equal seed scores keep index order; every tie goes to the better seed.
+  res = tournament.rank(make_groups([4]), ScoreMatrixJudge(np.full((4, 4), 10.0)),
+                        "single_elimination", 0)[0]
+  assert rounds_of(res, [3, 2, 1])[1:] == [[(0, 3), (1, 2)], [(0, 1)]]
+  assert res.order == (0, 1, 2, 3)
+
+
+@pytest.mark.parametrize("name", ["round_robin", "single_elimination"])
+def test_exact_judge_puts_the_best_first(name):
+  rng = np.random.default_rng(0)
+  for n in range(2, 18):
+    q = rng.normal(size=(20, n))
+    for res, q_g in zip(tournament.rank(make_groups([n] * 20), NoisyJudge(q), name, n), q):
+      assert res.order[0] == int(np.argmax(q_g)), (name, n)
+
+
+@pytest.mark.parametrize("n", [3, 5, 6, 7])
+def test_single_elimination_top_seeds_get_byes(n):
+  size = 1 << math.ceil(math.log2(n))
+  byes = size - n
+  rng = np.random.default_rng(n)
+  for _ in range(20):
+    s = rng.uniform(0, 20, size=(n, n))
+    res = tournament.rank(make_groups([n]), ScoreMatrixJudge(s), "single_elimination", 0)[0]
+    seed_score = [s[0, 1:].mean()] + [s[i, 0] for i in range(1, n)]
+    by_seed = sorted(range(n), key=lambda p: (-seed_score[p], p))
+    first_round = rounds_of(res, [n - 1, n - size // 2])[1]
+    # Seeds byes..n-1 play; seed k meets seed size-1-k; the top `byes` seeds rest.
+    expected = [(by_seed[k], by_seed[size - 1 - k])
+                for k in single_elimination.bracket_order(size)[::2] if size - 1 - k < n]
+    assert sorted(first_round) == sorted(expected)
+    assert not {by_seed[k] for k in range(byes)} & {p for pair in first_round for p in pair}
+
+
+@pytest.mark.parametrize("n", [3, 5, 6, 7])
+def test_single_elimination_a_player_losing_every_match_never_reaches_the_final(n):
+  rng = np.random.default_rng(100 + n)
+  for loser in range(n):
+    for _ in range(10):
+      s = rng.uniform(5, 15, size=(n, n))
+      s[loser, :], s[:, loser] = 1.0, 19.0
+      res = tournament.rank(make_groups([n]), ScoreMatrixJudge(s), "single_elimination", 0)[0]
+      final = [(m.i, m.j) for m, _ in res.matches][-1]
+      assert loser not in final and loser not in res.order[:2]
