@@ -200,20 +200,16 @@ def rubric_from_dict(data: Any, where: str = "rubric") -> Rubric:
     w = weights[key]
     if isinstance(w, bool) or not isinstance(w, (int, float)):
       raise RubricError(f"{where}: key 'weights.{key}': expected a number, got {w!r}")
+  path = _dimensions(data["path_dimensions"], where, "path_dimensions")
+  answer = _dimensions(data["answer_dimensions"], where, "answer_dimensions")
   try:
-    return Rubric(
-        name=data["name"],
-        prompt=data["prompt"],
-        path=_dimensions(data["path_dimensions"], f"{where}: key 'path_dimensions'"),
-        answer=_dimensions(data["answer_dimensions"], f"{where}: key 'answer_dimensions'"),
-        path_weight=weights["path"],
-        answer_weight=weights["answer"],
-    )
+    return Rubric(name=data["name"], prompt=data["prompt"], path=path, answer=answer,
+                  path_weight=weights["path"], answer_weight=weights["answer"])
   except RubricError as e:  # name the file, not just the rubric
     raise RubricError(f"{where}: {e}") from None
 
 
-def _dimensions(value: Any, where: str) -> tuple[Dimension, ...]:
+def _dimensions(value: Any, where: str, key: str) -> tuple[Dimension, ...]:
   """Dimensions from {name: description}, [name, ...] or [{"name", "description"}, ...]."""
   if isinstance(value, Mapping):
     items = list(value.items())
@@ -225,12 +221,14 @@ def _dimensions(value: Any, where: str) -> tuple[Dimension, ...]:
       elif isinstance(v, Mapping) and set(v) <= {"name", "description"} and "name" in v:
         items.append((v["name"], v.get("description", "")))
       else:
-        raise RubricError(f"{where}[{k}]: expected a name or {{\"name\", \"description\"}}")
+        raise RubricError(f"{where}: key '{key}[{k}]': expected a name or "
+                          "{\"name\", \"description\"}")
   else:
-    raise RubricError(f"{where}: expected an object {{name: description}} or a list")
+    raise RubricError(f"{where}: key '{key}': expected an object {{name: description}} or a list")
   for name, desc in items:
     if not isinstance(name, str) or not isinstance(desc, str):
-      raise RubricError(f"{where}: dimension {name!r}: name and description must be strings")
+      raise RubricError(f"{where}: key '{key}': dimension {name!r}: name and description must be "
+                        "strings")
   return tuple(Dimension(n, d) for n, d in items)
 
 

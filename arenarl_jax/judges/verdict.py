@@ -13,6 +13,8 @@ import math
 import re
 from typing import Any, Mapping, Sequence
 
+import numpy as np
+
 from arenarl_jax.judges import rubric as rubric_lib
 from arenarl_jax.types import MatchResult
 
@@ -61,6 +63,15 @@ class PointVerdict:
   @property
   def score(self) -> float:
     return self.agent.combined
+
+
+@dataclasses.dataclass(frozen=True)
+class PointwiseScores:
+  """Pointwise results: ``scores`` float32 [N] in [0, 10] (NaN where ``ok`` is False)."""
+
+  scores: np.ndarray
+  ok: np.ndarray  # bool [N]
+  errors: tuple[str | None, ...]
 
 
 def score_agent(rubric: rubric_lib.Rubric, path: Sequence[float],
@@ -129,7 +140,7 @@ def parse_pointwise(reply: Any, rubric: rubric_lib.Rubric, compact: bool = False
   """A pointwise verdict (one agent) from a reply."""
   obj = extract_object(reply)
   _exact_keys(obj, list(rubric_lib.SECTIONS) + ([] if compact else ["combined_score"]), "")
-  scores, mismatches = _agent(obj, rubric, compact, "")
+  scores, mismatches = _agent({s: obj[s] for s in rubric_lib.SECTIONS}, rubric, compact, "")
   if not compact:
     value = _number(obj["combined_score"], "combined_score")
     mismatches += abs(value - scores.combined) > 0.05 + 1e-9
