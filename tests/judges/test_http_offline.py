@@ -1,0 +1,206 @@
+"""HTTP judge logic against an in-process fake server (fast; the real server is in test_http_server)."""
+import asyncio
+import copy
+import os
+import pickle
+
+import numpy as np
+import pytest
+
+from arenarl_jax import judges
+from arenarl_jax.judges import http
+from arenarl_jax.judges import rubric as rubric_lib
+import judge_fakes
+
+R = rubric_lib.TRAVEL
+FAST = dict(backoff_s=0.001, backoff_max_s=0.01)
+
+
+def _truthful(body):
+  return judge_fakes.truthful_reply(body, R)
+
+
+def _judge(server, **overrides):
+  return http.HttpJudge(http.HttpJudgeConfig(**{**FAST, **overrides}), R,
+                        transport=server.transport)
+
+
+def test_both_orders_and_bidirectional_sums():
+  server = judge_fakes.FakeServer(_truthful)
+  judge = _judge(server)
+  results = judge.judge(judge_fakes.matches([(7, 4), (5, 5), (0, 10)]))
+  assert [(r.score_p, r.score_q) for r in results] == [(14, 8), (10, 10), (0, 20)]
+  assert all(r.ok and r.requests == 2 for r in results)
+  users = [b["messages"][1]["content"] for b in server.bodies]
+  assert sum("QUALITY=7" in u.split("<agent_a_answer>")[1].split("</agent_a_answer>")[0]
+             for u in users) == 1  # P shown as Agent_A once and as Agent_B once
+  assert server.bodies[0]["response_format"] == {"type": "json_object"}
+  assert judge.metrics["requests"] == 6 and judge.metrics["matches"] == 3
+
+
+@pytest.mark.parametrize("fmt,expected", [
+    ("none", None),
+    ("json_object_schema", "json_object"),
+    ("json_schema", "json_schema"),
+])
+def test_response_formats(fmt, expected):
+  server = judge_fakes.FakeServer(lambda b: judge_fakes.truthful_reply(b, R, compact=True))
+  judge = http.HttpJudge(http.HttpJudgeConfig(response_format=fmt), R, compact=True,
+                         transport=server.transport)
+  assert judge.judge(judge_fakes.matches([(6, 2)]))[0].score_p == 12
+  rf = server.bodies[0].get("response_format")
+  if expected is None:
+    assert rf is None
+  elif expected == "json_object":
+    assert rf["schema"] == rubric_lib.verdict_schema(R, "pairwise", compact=True)
+  else:
+    assert rf["json_schema"]["schema"]["required"] == ["Agent_A", "Agent_B"]
+
+
+def test_transport_faults_are_retried_with_backoff(monkeypatch):
+  sleeps = []
+  real_sleep = asyncio.sleep
+
+  async def fake_sleep(s):
+    if s > 0:  # the fake server's own zero-delay sleeps are not backoff
+      sleeps.append(s)
+    await real_sleep(0)
+
+  monkeypatch.setattr(http.asyncio, "sleep", fake_sleep)
+  server = judge_fakes.FakeServer(_truthful, faults=["429", "503", "connect", "timeout", "500"])
+  judge = http.HttpJudge(http.HttpJudgeConfig(backoff_s=1.0, backoff_max_s=3.0, max_retries=5,
+                                              max_concurrency=1), R, transport=server.transport)
+  (r,) = judge.judge(judge_fakes.matches([(9, 1)]))
+  assert r.ok and (r.score_p, r.score_q) == (18, 2)
+  assert judge.metrics["retries"] == 5 and judge.metrics["requests"] == 7
+  # Exponential with jitter in [0.5, 1] of min(max, base * 2^k): 1, 2, 3 (capped), 3, 3.
+  caps = [1.0, 2.0, 3.0, 3.0, 3.0]
+  assert len(sleeps) == 5 and all(c / 2 <= s <= c for s, c in zip(sleeps, caps))
+  assert len(set(sleeps)) == 5  # jittered
+
+
+def test_gives_up_after_max_retries_and_records_failure():
+  server = judge_fakes.FakeServer(_truthful, faults=["503"] * 3)
+  judge = _judge(server, max_retries=2, max_concurrency=1)
+  (r,) = judge.judge(judge_fakes.matches([(9, 1)]))
+  assert not r.ok and "gave up after 3 attempts; last: HTTP 503" in r.error
+  assert (r.score_p, r.score_q) == (http.TIE, http.TIE)
+  assert judge.metrics["failures"] == 1 and judge.metrics["failed_matches"] == 1
+  with pytest.raises(http.JudgeFailureError, match="1/1 judge matches failed"):
+    server.faults = ["503"] * 3
+    _judge(server, max_retries=2, max_concurrency=1, max_failure_rate=0.5).judge(
+        judge_fakes.matches([(9, 1)]))
+
+
+def test_other_4xx_not_retried():
+  server = judge_fakes.FakeServer(_truthful, faults=["400"])
+  judge = _judge(server, max_concurrency=1)
+  (r,) = judge.judge(judge_fakes.matches([(9, 1)]))
+  assert not r.ok and "HTTP 400 (not retried)" in r.error
+  assert judge.metrics["retries"] == 0 and len(server.bodies) == 2
+
+
+def test_wrong_key_one_request_clear_error(monkeypatch):
+  monkeypatch.setenv("TEST_JUDGE_KEY", "wrong-secret-123")
+  server = judge_fakes.FakeServer(_truthful, api_key="right-key")
+  judge = _judge(server, api_key_env="TEST_JUDGE_KEY")
+  with pytest.raises(http.JudgeAuthError, match=r"HTTP 401.*\$TEST_JUDGE_KEY") as e:
+    judge.judge(judge_fakes.matches([(9, 1)] * 4))
+  assert "wrong-secret-123" not in str(e.value)
+  assert len(server.bodies) == 1 and judge.metrics["retries"] == 0
+
+
+def test_404_is_a_config_error():
+  server = judge_fakes.FakeServer(_truthful, faults=["404"])
+  with pytest.raises(http.JudgeConfigError, match="404"):
+    _judge(server).judge(judge_fakes.matches([(1, 2)]))
+
+
+def test_unparseable_reply_is_asked_again_at_retry_temperature():
+  replies = iter(["I think Agent_A.", None, None])
+  server = judge_fakes.FakeServer(lambda b: next(replies) or _truthful(b))
+  judge = _judge(server, max_concurrency=1, temperature=0.0, retry_temperature=0.7)
+  (r,) = judge.judge(judge_fakes.matches([(3, 4)]))
+  assert r.ok and (r.score_p, r.score_q) == (6, 8)
+  assert [b["temperature"] for b in server.bodies] == [0.0, 0.7, 0.0]
+  assert judge.metrics["parse_failures"] == 1
+  server = judge_fakes.FakeServer(_truthful, faults=["malformed"] * 3)
+  (r,) = _judge(server, parse_retries=1).judge(judge_fakes.matches([(3, 4)]))
+  assert not r.ok and "malformed completion response" in r.error
+
+
+def test_concurrency_limit():
+  server = judge_fakes.FakeServer(_truthful, delay_s=0.02)
+  judge = _judge(server, max_concurrency=3)
+  results = judge.judge(judge_fakes.matches([(k % 11, (k * 3) % 11) for k in range(8)]))
+  assert all(r.ok for r in results) and len(server.bodies) == 16
+  assert server.max_in_flight == 3 and judge.metrics.max_in_flight == 3
+
+
+def test_cache_second_run_sends_nothing(tmp_path):
+  server = judge_fakes.FakeServer(_truthful)
+  pairs = [(2, 9), (6, 6)]
+  first = _judge(server, cache_dir=str(tmp_path)).judge(judge_fakes.matches(pairs))
+  again = _judge(server, cache_dir=str(tmp_path))
+  second = again.judge(judge_fakes.matches(pairs))
+  assert [(r.score_p, r.score_q) for r in first] == [(r.score_p, r.score_q) for r in second]
+  assert len(server.bodies) == 4 and again.metrics["requests"] == 0
+  assert again.metrics["cache_hits"] == 4 and all(r.requests == 0 for r in second)
+  # Different settings are a different key.
+  _judge(server, cache_dir=str(tmp_path), max_tokens=77).judge(judge_fakes.matches(pairs))
+  assert len(server.bodies) == 8
+
+
+def test_api_key_never_leaks(monkeypatch, tmp_path):
+  secret = "sk-very-secret-value"
+  monkeypatch.setenv("MY_JUDGE_KEY", secret)
+  server = judge_fakes.FakeServer(_truthful, api_key=secret)
+  judge = _judge(server, api_key_env="MY_JUDGE_KEY", cache_dir=str(tmp_path))
+  assert judge.judge(judge_fakes.matches([(1, 2)]))[0].ok
+  assert server.headers[0]["authorization"] == "Bearer " + secret  # it is used...
+  assert secret not in repr(judge) and secret not in str(judge.config)  # ...and never shown
+  assert secret not in repr(vars(judge))
+  with pytest.raises(TypeError, match="cannot be pickled"):
+    pickle.dumps(judge)
+  with pytest.raises(TypeError, match="cannot be pickled"):
+    copy.deepcopy(judge)
+  for root, _, names in os.walk(tmp_path):
+    for name in names:
+      assert secret not in open(os.path.join(root, name)).read()
+  monkeypatch.delenv("MY_JUDGE_KEY")
+  with pytest.raises(http.JudgeConfigError, match=r"\$MY_JUDGE_KEY.*unset"):
+    _judge(server, api_key_env="MY_JUDGE_KEY")
+
+
+def test_pointwise_scores():
+  server = judge_fakes.FakeServer(_truthful, faults=[None, "400"])
+  judge = _judge(server, max_concurrency=1)
+  out = judge.score([judge_fakes.traj(7), judge_fakes.traj(2), judge_fakes.traj(10)])
+  assert out.scores.dtype == np.float32 and out.ok.tolist() == [True, False, True]
+  assert out.scores[0] == 7 and np.isnan(out.scores[1]) and out.scores[2] == 10
+  assert "HTTP 400" in out.errors[1]
+  assert "<agent_answer>" in server.bodies[0]["messages"][1]["content"]
+
+
+def test_sync_call_inside_a_running_loop():
+  server = judge_fakes.FakeServer(_truthful)
+  judge = _judge(server)
+
+  async def notebook_cell():
+    return judge.judge(judge_fakes.matches([(4, 5)]))
+
+  assert asyncio.run(notebook_cell())[0].score_q == 10
+
+
+def test_make_judge_registry_and_config_errors():
+  j = judges.make_judge({"backend": "http", "rubric": "deep_research", "compact": True,
+                         "http": {"model": "m", "max_concurrency": 2},
+                         "render": {"max_answer_chars": 100}})
+  assert isinstance(j, http.HttpJudge) and j.rubric.name == "deep_research" and j.compact
+  assert j.config.max_concurrency == 2 and j.limits.max_answer_chars == 100
+  with pytest.raises(ValueError, match=r"judge\.http: unknown key\(s\) \['max_concurency'\]"):
+    judges.make_judge({"backend": "http", "http": {"max_concurency": 2}})
+  with pytest.raises(ValueError, match="judge.backend must be one of"):
+    judges.make_judge({"backend": "htp"})
+  with pytest.raises(http.JudgeConfigError, match="response_format"):
+    judges.make_judge({"backend": "http", "http": {"response_format": "xml"}})
