@@ -1,0 +1,218 @@
+"""HF checkpoint directories (config.json + *.safetensors, sharded or not) <-> our Transformer.
+
+Parameters are built straight from the loaded arrays into the nnx state of ``abstract_model(cfg)``
+(no random init first). Every parameter must come from the checkpoint with the expected shape;
+tensors the model has no place for are an error when they belong to a module we implement (they
+would change the function) and a logged warning otherwise (e.g. a vision tower).
+"""
+from __future__ import annotations
+
+import dataclasses
+import glob
+import json
+import logging
+import os
+import re
+from typing import Callable, Iterable, Mapping
+
+import jax.numpy as jnp
+import numpy as np
+from flax import nnx
+from safetensors import SafetensorError, safe_open
+from safetensors.numpy import save_file
+
+from arenarl_jax.models.config import ModelConfig, from_hf_config, to_hf_config
+from arenarl_jax.models.transformer import Transformer, abstract_model
+
+log = logging.getLogger(__name__)
+
+INDEX_FILE = "model.safetensors.index.json"
+# Our path inside block i -> the HF name after "model.layers.{i}.".
+_BLOCK_NAMES = {
+    ("attn_norm", "scale"): "input_layernorm.weight",
+    ("attn", "q", "kernel"): "self_attn.q_proj.weight",
+    ("attn", "k", "kernel"): "self_attn.k_proj.weight",
+    ("attn", "v", "kernel"): "self_attn.v_proj.weight",
+    ("attn", "o", "kernel"): "self_attn.o_proj.weight",
+    ("attn", "q", "bias"): "self_attn.q_proj.bias",
+    ("attn", "k", "bias"): "self_attn.k_proj.bias",
+    ("attn", "v", "bias"): "self_attn.v_proj.bias",
+    ("attn", "q_norm", "scale"): "self_attn.q_norm.weight",
+    ("attn", "k_norm", "scale"): "self_attn.k_norm.weight",
+    ("mlp_norm", "scale"): "post_attention_layernorm.weight",
+    ("mlp", "gate", "kernel"): "mlp.gate_proj.weight",
+    ("mlp", "up", "kernel"): "mlp.up_proj.weight",
+    ("mlp", "down", "kernel"): "mlp.down_proj.weight",
+}
+_TOP_NAMES = {
+    ("embed",): "model.embed_tokens.weight",
+    ("final_norm", "scale"): "model.norm.weight",
+    ("lm_head", "kernel"): "lm_head.weight",
+}
+# Names under these prefixes belong to modules we implement: an unused one is an error.
+_OWNED = re.compile(r"model\.(embed_tokens|norm|layers\.\d+\.(self_attn|mlp|input_layernorm|"
+                    r"post_attention_layernorm))\.")
+_IGNORED = re.compile(r".*rotary_emb\.inv_freq$")
+
+
+def hf_name(path: tuple) -> str:
+  """The HF tensor name of one of our parameter paths, e.g. ('layers', 3, 'mlp', 'up', 'kernel')."""
+  if path[0] == "layers":
+    return f"model.layers.{path[1]}.{_BLOCK_NAMES[tuple(path[2:])]}"
+  return _TOP_NAMES[tuple(path)]
+
+
+@dataclasses.dataclass
+class TensorStore:
+  """Named HF-layout (out, in) tensors: ``get(name)`` loads one; ``where(name)`` names its origin."""
+
+  names: frozenset[str]
+  get: Callable[[str], np.ndarray]
+  where: Callable[[str], str]
+  source: str  # the checkpoint as a whole (a directory or a file), for errors about it
+
+
+def model_from_tensors(cfg: ModelConfig, store: TensorStore) -> Transformer:
+  """Fills ``abstract_model(cfg)`` from ``store`` (kernels transposed to [in, out])."""
+  graphdef, state = nnx.split(abstract_model(cfg))
+  used = set()
+  for path, var in nnx.to_flat_state(state):
+    name = hf_name(path)
+    if name not in store.names:
+      raise KeyError(f"{store.source}: missing tensor {name!r} (needed for {_dotted(path)})")
+    kernel = path[-1] == "kernel"
+    expected = tuple(var.get_value().shape)
+    want = expected[::-1] if kernel else expected
+    array = store.get(name)
+    if tuple(array.shape) != want:
+      raise ValueError(
+          f"{store.where(name)}: tensor {name!r} has shape {tuple(array.shape)}, expected {want}")
+    if not np.issubdtype(array.dtype, np.floating) and array.dtype.name != "bfloat16":
+      raise ValueError(f"{store.where(name)}: tensor {name!r} has non-float dtype {array.dtype}")
+    var.set_value(jnp.asarray(array.T if kernel else array, dtype=cfg.dtype))
+    used.add(name)
+  _check_unused(cfg, store, used)
+  return nnx.merge(graphdef, state)
+
+
+def _check_unused(cfg: ModelConfig, store: TensorStore, used: set[str]) -> None:
+  extra = sorted(n for n in store.names - used if not _IGNORED.match(n))
+  if cfg.tie_embeddings and "lm_head.weight" in extra:
+    # transformers ties the head to the embedding and ignores a stored copy; so do we.
+    log.warning("%s: lm_head.weight ignored (tie_word_embeddings=true)", store.source)
+    extra.remove("lm_head.weight")
+  owned = [n for n in extra if _OWNED.match(n) or _layer_index(n) is not None]
+  if owned:
+    raise ValueError(f"{store.where(owned[0])}: tensor {owned[0]!r} has no place in our "
+                     f"{cfg.family} model (unsupported feature or wrong config); all such: {owned}")
+  if extra:
+    log.warning("%s: %d unused tensors: %s", store.source, len(extra), extra[:20])
+
+
+def _layer_index(name: str) -> int | None:
+  m = re.match(r"model\.layers\.(\d+)\.", name)
+  return int(m.group(1)) if m else None
+
+
+def _dotted(path) -> str:
+  return ".".join(str(p) for p in path)
+
+
+def read_config(path: str) -> ModelConfig:
+  """The ModelConfig of an HF directory's config.json (clear errors for a bad or missing file)."""
+  config_path = os.path.join(path, "config.json")
+  if not os.path.isfile(config_path):
+    raise FileNotFoundError(f"{config_path}: not found (an HF checkpoint directory needs it)")
+  try:
+    with open(config_path) as f:
+      hf = json.load(f)
+  except json.JSONDecodeError as e:
+    raise ValueError(f"{config_path}: not valid JSON ({e})") from e
+  if not isinstance(hf, dict):
+    raise ValueError(f"{config_path}: expected a JSON object")
+  if hf.get("hidden_act", "silu") != "silu":
+    raise ValueError(f"{config_path}: unsupported hidden_act {hf['hidden_act']!r} (silu only)")
+  if hf.get("mlp_bias"):
+    raise ValueError(f"{config_path}: mlp_bias=true is not supported")
+  layer_types = set(hf.get("layer_types") or ["full_attention"])
+  if hf.get("use_sliding_window") or layer_types != {"full_attention"}:
+    raise ValueError(f"{config_path}: sliding-window attention is not supported")
+  return from_hf_config(hf, source=config_path)
+
+
+def _shard_files(path: str) -> dict[str, list[str] | None]:
+  """{shard file: tensor names the index assigns to it, or None without an index}."""
+  index_path = os.path.join(path, INDEX_FILE)
+  if os.path.isfile(index_path):
+    try:
+      with open(index_path) as f:
+        weight_map = json.load(f)["weight_map"]
+    except (json.JSONDecodeError, KeyError, TypeError) as e:
+      raise ValueError(f"{index_path}: not a valid safetensors index ({e!r})") from e
+    files: dict[str, list[str]] = {}
+    for name, file in weight_map.items():
+      files.setdefault(os.path.join(path, file), []).append(name)
+    for file in files:
+      if not os.path.isfile(file):
+        raise FileNotFoundError(f"{file}: shard listed in {index_path} is missing")
+    return files
+  found = sorted(glob.glob(os.path.join(path, "*.safetensors")))
+  if not found:
+    raise FileNotFoundError(f"{path}: no *.safetensors files (and no {INDEX_FILE})")
+  return {file: None for file in found}
+
+
+def open_safetensors_dir(path: str) -> TensorStore:
+  """A TensorStore over every tensor of an HF directory's safetensors files (memory-mapped)."""
+  handles, owner = {}, {}
+  for file, listed in _shard_files(path).items():
+    try:
+      handle = safe_open(file, framework="np")
+      keys = set(handle.keys())
+    except (SafetensorError, OSError) as e:
+      raise ValueError(f"{file}: corrupt or unreadable safetensors file ({e})") from e
+    if listed is not None and (missing := sorted(set(listed) - keys)):
+      raise KeyError(f"{file}: tensor {missing[0]!r} listed in {INDEX_FILE} is not in this shard")
+    for key in (keys if listed is None else listed):
+      if key in owner:
+        raise ValueError(f"{file}: tensor {key!r} also stored in {owner[key]}")
+      owner[key] = file
+    handles[file] = handle
+
+  def get(name):
+    try:
+      return handles[owner[name]].get_tensor(name)
+    except SafetensorError as e:
+      raise ValueError(f"{owner[name]}: cannot read tensor {name!r} ({e})") from e
+
+  return TensorStore(names=frozenset(owner), get=get, where=lambda n: owner.get(n, path),
+                     source=path)
+
+
+def load_hf_dir(path: str, *, dtype=None) -> tuple[ModelConfig, Transformer]:
+  """Loads an HF llama/qwen2/qwen3 checkpoint directory; params in ``dtype`` (default float32)."""
+  cfg = read_config(path)
+  if dtype is not None:
+    cfg = dataclasses.replace(cfg, param_dtype=jnp.dtype(dtype).name)
+  return cfg, model_from_tensors(cfg, open_safetensors_dir(path))
+
+
+def hf_tensors(model_or_state: Transformer | nnx.State) -> Iterable[tuple[str, np.ndarray]]:
+  """(HF name, HF-layout numpy array) for every parameter."""
+  state = model_or_state
+  if isinstance(model_or_state, nnx.Module):
+    state = nnx.state(model_or_state, nnx.Param)
+  for path, var in nnx.to_flat_state(state):
+    array = np.asarray(var.get_value() if hasattr(var, "get_value") else var)
+    yield hf_name(path), np.ascontiguousarray(array.T if path[-1] == "kernel" else array)
+
+
+def export_hf_dir(model_or_state: Transformer | nnx.State, cfg: ModelConfig, path: str) -> None:
+  """Writes config.json + model.safetensors that transformers loads (tied head: no lm_head)."""
+  os.makedirs(path, exist_ok=True)
+  tensors: Mapping[str, np.ndarray] = dict(hf_tensors(model_or_state))
+  if cfg.tie_embeddings:
+    tensors.pop("lm_head.weight", None)
+  save_file(tensors, os.path.join(path, "model.safetensors"), metadata={"format": "pt"})
+  with open(os.path.join(path, "config.json"), "w") as f:
+    json.dump(to_hf_config(cfg), f, indent=2)
