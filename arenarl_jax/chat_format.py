@@ -14,14 +14,16 @@ Each turn is ``<|im_start|>{role}\\n{body}<|im_end|>\\n``. Messages are dicts:
   is the first message's when it is a system message, else ``default_system``.
 - An assistant body is ``<think>\\n{reasoning}\\n</think>``, the content and one
   ``<tool_call>\\n{json}\\n</tool_call>`` per call, joined by newlines (empty parts left out).
-  Reasoning is kept in every past turn: a trajectory is trained as the one sequence it was sampled as.
+  Reasoning is kept in every past turn: a trajectory is trained as the one sequence it was
+  sampled as.
 - Tool observations are ``tool`` messages. A run of consecutive ones becomes ONE ``user`` turn (the
   roles SmolLM2 knows are system/user/assistant) holding ``<tool_response>\\n{result}\\n
   </tool_response>`` blocks joined by newlines, in call order.
 
 ``render_tool_turn`` is the text the multi-turn sampler appends after a generated turn, so that
 ``render_messages(history + [assistant, *tools], add_generation_prompt=True)`` equals
-``render_messages(history, add_generation_prompt=True) + render_assistant(...) + render_tool_turn(...)``.
+``render_messages(history, add_generation_prompt=True) + render_assistant(...)
++ render_tool_turn(...)``.
 """
 from __future__ import annotations
 

@@ -1,8 +1,8 @@
 """Text <-> token ids, from a Hugging Face tokenizer directory or a GGUF file (no torch needed).
 
 A GGUF file carries no ``tokenizer.json``: its byte-level BPE vocabulary, merges, token types,
-special ids and chat template live in ``tokenizer.ggml.*`` metadata. ``Tokenizer.from_gguf`` rebuilds
-a ``tokenizers`` BPE from them once and caches the result as an ordinary HF directory
+special ids and chat template live in ``tokenizer.ggml.*`` metadata. ``Tokenizer.from_gguf``
+rebuilds a ``tokenizers`` BPE from them once and caches the result as an ordinary HF directory
 (``tokenizer.json`` + ``tokenizer_config.json``) keyed by the file's name, size and mtime, because
 parsing the GGUF takes seconds and loading the cache takes a fraction of one.
 """
@@ -34,11 +34,12 @@ def _default_cache_dir() -> str:
   return os.path.join(root, "tokenizers")
 
 
-def gguf_cache_key(path: str) -> str:
-  """Cache folder name for a GGUF file: its name, size and mtime (ns), and the format version."""
+def gguf_cache_key(path: str, split_digits: bool | None = None) -> str:
+  """Cache folder name for a GGUF file: its name, size, mtime (ns), options and format version."""
   st = os.stat(path)
   stem = os.path.splitext(os.path.basename(path))[0]
-  return f"{stem}-{st.st_size}-{st.st_mtime_ns}-v{_CACHE_VERSION}"
+  digits = {None: "auto", True: "digits", False: "nodigits"}[split_digits]
+  return f"{stem}-{st.st_size}-{st.st_mtime_ns}-{digits}-v{_CACHE_VERSION}"
 
 
 def _token_content(value: Any) -> str | None:
@@ -69,7 +70,7 @@ class Tokenizer:
   # ---------------------------------------------------------------- construction
   @classmethod
   def from_hf_dir(cls, path: str) -> Tokenizer:
-    """Loads ``tokenizer.json`` (+ ``tokenizer_config.json``, ``chat_template.jinja``) from a dir."""
+    """Loads ``tokenizer.json`` (+ ``tokenizer_config.json``, ``chat_template.jinja``) of a dir."""
     tok_file = os.path.join(path, "tokenizer.json")
     if not os.path.isfile(tok_file):
       raise FileNotFoundError(f"{tok_file} not found (a tokenizer directory needs tokenizer.json)")
@@ -108,29 +109,36 @@ class Tokenizer:
                chat_template=template, add_bos=bool(config.get("add_bos_token", False)))
 
   @classmethod
-  def from_gguf(cls, path: str, *, cache_dir: str | None = None,
-                use_cache: bool = True) -> Tokenizer:
+  def from_gguf(cls, path: str, *, cache_dir: str | None = None, use_cache: bool = True,
+                split_digits: bool | None = None) -> Tokenizer:
     """Tokenizer of a GGUF file, built once and then loaded from ``cache_dir``.
 
     ``cache_dir`` defaults to ``$ARENARL_JAX_CACHE/tokenizers`` (else ``~/.cache/arenarl_jax/...``).
+    ``split_digits``: see ``build_from_gguf``.
     """
     if not os.path.isfile(path):
       raise FileNotFoundError(f"GGUF file {path} not found")
     if not use_cache:
-      return cls.build_from_gguf(path)
-    cached = os.path.join(cache_dir or _default_cache_dir(), gguf_cache_key(path))
+      return cls.build_from_gguf(path, split_digits=split_digits)
+    cached = os.path.join(cache_dir or _default_cache_dir(), gguf_cache_key(path, split_digits))
     if os.path.isfile(os.path.join(cached, "tokenizer.json")):
       try:
         return cls.from_hf_dir(cached)
       except (OSError, ValueError):
         shutil.rmtree(cached, ignore_errors=True)  # a broken cache is rebuilt, not trusted.
-    tok = cls.build_from_gguf(path)
+    tok = cls.build_from_gguf(path, split_digits=split_digits)
     tok._save_atomic(cached)
     return tok
 
   @classmethod
-  def build_from_gguf(cls, path: str) -> Tokenizer:
-    """Rebuilds the byte-level BPE described by a GGUF file's metadata (slow: parses the file)."""
+  def build_from_gguf(cls, path: str, *, split_digits: bool | None = None) -> Tokenizer:
+    """Rebuilds the byte-level BPE described by a GGUF file's metadata (slow: parses the file).
+
+    ``split_digits=None`` follows ``tokenizer.ggml.pre``: for "smollm" (and StarCoder-like) files
+    every digit is split off before GPT-2's regex, as llama.cpp and SmolLM2's own tokenizer.json
+    do. transformers' GGUF loader skips that step (``split_digits=False``); the two differ only
+    where two or more whitespace characters directly precede a digit ("a  1", "\\n\\t0").
+    """
     meta = _GGUFMetadata(path)
     kind = meta.get("tokenizer.ggml.model")
     if kind != "gpt2":
@@ -157,7 +165,9 @@ class Tokenizer:
 
     backend = tokenizers.Tokenizer(models.BPE(vocab=vocab, merges=merges, fuse_unk=False))
     byte_level = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True)
-    if pre in _DIGITS_THEN_GPT2_PRE:
+    if split_digits is None:
+      split_digits = pre in _DIGITS_THEN_GPT2_PRE
+    if split_digits:
       backend.pre_tokenizer = pre_tokenizers.Sequence(
           [pre_tokenizers.Digits(individual_digits=True), byte_level])
     else:

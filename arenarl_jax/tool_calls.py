@@ -12,15 +12,17 @@ The turn format (written by ``chat_format``)::
 
 Model output is untrusted, so ``parse_turn`` never raises on it. Its rules:
 - Every ``<think>…</think>`` block is reasoning (blocks joined by a newline). A ``</think>`` with no
-  ``<think>`` before it closes reasoning that began in the prompt. An unclosed ``<think>`` runs to the
-  first ``<tool_call>`` after it (so a call still runs) or to the end of the turn.
-- Each ``<tool_call>`` body outside reasoning must be one JSON object (whitespace and a Markdown code
-  fence around it are allowed) with a non-empty string ``"name"`` and an ``"arguments"`` object, or
-  a string holding a JSON object, or no ``"arguments"`` at all (= ``{}``); other keys are ignored.
+  ``<think>`` before it closes reasoning that began in the prompt. An unclosed ``<think>`` runs to
+  the first ``<tool_call>`` after it (so a call still runs) or to the end of the turn.
+- Each ``<tool_call>`` body outside reasoning must be one JSON object (whitespace and a Markdown
+  code fence around it are allowed) with a non-empty string ``"name"`` and an ``"arguments"``
+  object, or a string holding a JSON object, or no ``"arguments"`` at all (= ``{}``); other keys
+  are ignored. A ``"name"`` is stripped of surrounding whitespace.
   A call without ``</tool_call>`` ends at the next ``<tool_call>`` or the end of the turn and is
   accepted when its body is valid.
 - A call that breaks a rule is dropped and described in ``errors`` ("tool call K: ...", K counting
-  the turn's ``<tool_call>`` tags from 1), so the environment can answer it with an error observation.
+  the turn's ``<tool_call>`` tags from 1), so the environment can answer it with an error
+  observation.
 - Content is the text outside reasoning and calls: its pieces, stripped, joined by a newline.
 - A trailing ``<|im_end|>`` / ``<|endoftext|>`` (the stop token, if decoded) is dropped first.
 """

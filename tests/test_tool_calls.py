@@ -30,7 +30,7 @@ def test_reasoning_content_and_two_calls():
 
 def test_round_trip_through_renderer():
   calls = (ToolCall("search_poi", {"query": "musée d'Orsay", "tags": ["art", "🎨"], "n": 2.5}),
-           ToolCall("get_navigation", {"origin": "1,2", "destination": "3,4", "nested": {"a": None}}))
+           ToolCall("get_navigation", {"origin": "1,2", "nested": {"a": None}}))
   body = chat_format.render_assistant("Plan:\n1. search\n2. route", "Working on it.", calls)
   assert parse(body) == ParsedTurn("Plan:\n1. search\n2. route", "Working on it.", calls)
   assert parse(body + "<|im_end|>") == parse(body)
