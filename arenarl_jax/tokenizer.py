@@ -12,6 +12,7 @@ import json
 import os
 import shutil
 import tempfile
+import warnings
 from typing import Any, Iterable, Sequence
 
 import tokenizers
@@ -127,7 +128,10 @@ class Tokenizer:
       except (OSError, ValueError):
         shutil.rmtree(cached, ignore_errors=True)  # a broken cache is rebuilt, not trusted.
     tok = cls.build_from_gguf(path, split_digits=split_digits)
-    tok._save_atomic(cached)
+    try:
+      tok._save_atomic(cached)
+    except OSError as e:  # a read-only cache only costs speed.
+      warnings.warn(f"could not cache the tokenizer of {path} in {cached}: {e}")
     return tok
 
   @classmethod

@@ -256,6 +256,14 @@ def test_tiny_gguf_cache(tmp_path, monkeypatch):
   assert gguf_cache_key(path) != key
 
 
+def test_unwritable_cache_warns_and_still_loads(tmp_path):
+  blocker = tmp_path / "not_a_dir"
+  blocker.write_text("a file where the cache folder should be")
+  with pytest.warns(UserWarning, match="could not cache the tokenizer"):
+    tok = Tokenizer.from_gguf(_write_gguf(tmp_path / "t.gguf"), cache_dir=str(blocker / "sub"))
+  assert tok.encode("abc") == [260]
+
+
 @pytest.mark.parametrize("kwargs, match", [
     (dict(merges=None), "GGUF metadata key 'tokenizer.ggml.merges' is missing"),
     (dict(eos=None), "GGUF metadata key 'tokenizer.ggml.eos_token_id' is missing"),
