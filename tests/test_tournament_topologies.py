@@ -4,9 +4,11 @@ import math
 import numpy as np
 import pytest
 
+from arenarl_jax import advantages
 from arenarl_jax import tournament
 from arenarl_jax.judges.synthetic import NoisyJudge, ScoreMatrixJudge
 from arenarl_jax.tournament import single_elimination
+from arenarl_jax.tournament import topology
 from arenarl_jax.types import Trajectory
 
 
@@ -120,11 +122,11 @@ def test_double_elimination_two_losses_eliminate(n):
 
 
 def test_bracket_order():
-  assert single_elimination.bracket_order(2) == [0, 1]
-  assert single_elimination.bracket_order(4) == [0, 3, 1, 2]
-  assert single_elimination.bracket_order(8) == [0, 7, 3, 4, 1, 6, 2, 5]
-  assert single_elimination.bracket_order(16) == [0, 15, 7, 8, 3, 12, 4, 11,
-                                                  1, 14, 6, 9, 2, 13, 5, 10]
+  assert single_elimination.bracket_order(2) == (0, 1)
+  assert single_elimination.bracket_order(4) == (0, 3, 1, 2)
+  assert single_elimination.bracket_order(8) == (0, 7, 3, 4, 1, 6, 2, 5)
+  assert single_elimination.bracket_order(16) == (0, 15, 7, 8, 3, 12, 4, 11,
+                                                  1, 14, 6, 9, 2, 13, 5, 10)
   with pytest.raises(ValueError, match="power of two"):
     single_elimination.bracket_order(6)
 
@@ -184,3 +186,22 @@ def test_single_elimination_a_player_losing_every_match_never_reaches_the_final(
       res = tournament.rank(make_groups([n]), ScoreMatrixJudge(s), "single_elimination", 0)[0]
       final = [(m.i, m.j) for m, _ in res.matches][-1]
       assert loser not in final and loser not in res.order[:2]
+
+
+def test_standings_agree_with_the_advantages_reference():
+  rng = np.random.default_rng(0)
+  for _ in range(200):
+    n = int(rng.integers(2, 12))
+    scores = (rng.integers(0, 6, n) * 2.5 + rng.choice([0.0, 1e-9], n)).tolist()
+    st = topology.standing_from_scores(scores)
+    ranks = advantages.min_ranks(np.round(scores, 6))
+    np.testing.assert_array_equal(st.ranks, ranks)
+    np.testing.assert_allclose(st.rewards, advantages.rewards_from_ranks(ranks), atol=1e-7)
+    assert list(st.order) == sorted(range(n), key=lambda p: (ranks[p], p))
+
+    keys = list(zip(rng.integers(0, 3, n) * 0.5, rng.integers(0, 3, n) * 0.5))
+    st = topology.standing_from_tiers(keys)
+    better = [sum(k > keys[p] for k in keys) for p in range(n)]  # tuples compare lexicographically
+    np.testing.assert_array_equal(st.ranks, np.array(better) + 1)
+    np.testing.assert_allclose(st.rewards, advantages.rewards_from_order(st.order, st.ranks),
+                               atol=1e-7)

@@ -9,11 +9,10 @@ from arenarl_jax.tournament import topology
 def play(n: int, rng: np.random.Generator | None = None) -> topology.Play:
   """score_i = its match score; the anchor's score = mean of its N-1 scores; min-rank ties."""
   del rng  # deterministic
-  scores_M2 = yield [(i, 0) for i in range(1, n)]
-  scores_G = np.empty(n, np.float64)
-  scores_G[1:] = scores_M2[:, 0]
-  scores_G[0] = scores_M2[:, 1].mean()
-  return topology.standing_from_scores(scores_G)
+  results = yield [(i, 0) for i in range(1, n)]
+  scores = [0.0] + [score_i for score_i, _ in results]
+  scores[0] = sum(score_anchor for _, score_anchor in results) / (n - 1)
+  return topology.standing_from_scores(scores)
 
 
 def num_matches(n: int) -> int:

@@ -31,36 +31,35 @@ def play(n: int, rng: np.random.Generator | None = None) -> topology.Play:
   one_loss: list[int] = []
   eliminated: list[list[int]] = []  # batches, earliest first
 
-  def settle(pairs, scores_M2):
+  def settle(pairs, scores):
     """(winners, losers) of ``pairs``; on a tie P advances (P is random: pairs are shuffled)."""
     won, lost = [], []
-    for (a, b), (sa, sb), pa in zip(pairs, scores_M2.tolist(),
-                                   topology.p_points(scores_M2).tolist()):
+    for (a, b), (sa, sb) in zip(pairs, scores):
       total[a] += sa
       total[b] += sb
       played[a] += 1
       played[b] += 1
-      won.append(a if pa >= 0.5 else b)
-      lost.append(b if pa >= 0.5 else a)
+      a_wins = topology.p_points(sa, sb) >= 0.5
+      won.append(a if a_wins else b)
+      lost.append(b if a_wins else a)
     return won, lost
 
   while len(unbeaten) > 1 or len(one_loss) > 1:
     wb_pairs, wb_byes = _pair(unbeaten, rng)
     lb_pairs, lb_byes = _pair(one_loss, rng)
-    scores_M2 = yield wb_pairs + lb_pairs
-    wb_won, wb_lost = settle(wb_pairs, scores_M2[:len(wb_pairs)])
-    lb_won, lb_lost = settle(lb_pairs, scores_M2[len(wb_pairs):])
+    scores = yield wb_pairs + lb_pairs
+    wb_won, wb_lost = settle(wb_pairs, scores[:len(wb_pairs)])
+    lb_won, lb_lost = settle(lb_pairs, scores[len(wb_pairs):])
     unbeaten = wb_won + wb_byes
     one_loss = lb_won + lb_byes + wb_lost
     if lb_lost:
       eliminated.append(lb_lost)
   # Grand final, no reset: on a tie the undefeated winners-bracket champion wins.
   final = [(unbeaten[0], one_loss[0])]
-  scores_M2 = yield final
-  (champion,), (runner_up,) = settle(final, scores_M2)
+  (champion,), (runner_up,) = settle(final, (yield final))
   # Inside a batch: higher average match score first, then a seeded random tie-break.
-  average = topology.quantize(np.asarray(total) / np.maximum(played, 1))
-  tiebreak = rng.permutation(n)
+  average = [topology.sort_key(t / max(p, 1)) for t, p in zip(total, played)]
+  tiebreak = rng.permutation(n).tolist()
   order = [champion, runner_up]
   for batch in reversed(eliminated):
     order.extend(sorted(batch, key=lambda p: (-average[p], tiebreak[p])))

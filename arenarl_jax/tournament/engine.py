@@ -12,7 +12,7 @@ from arenarl_jax.tournament import topology as topology_lib
 from arenarl_jax.types import GroupResult, Judge, Match, MatchResult, Trajectory
 
 DEFAULT_FAILURE_THRESHOLD = 0.1
-_TIE = 10.0  # a failed match is scored as a tie at the middle of [0, 20]
+_TIED = (10.0, 10.0)  # a failed match is scored as a tie at the middle of [0, 20]
 _MAX_SCORE = 20.0
 
 
@@ -66,8 +66,8 @@ def rank(
       group, query = groups[b], queries[b]
       matches.extend([Match(b, i, j, query, group[i], group[j]) for i, j in pairs])
     results = list(judge.judge(matches))
-    scores_M2, ok_M, requests_M = _check_results(matches, results)
-    num_failed = len(matches) - int(ok_M.sum())
+    scores, ok = _check_results(matches, results)
+    num_failed = len(matches) - sum(ok)
     if num_failed:
       failed_so_far += num_failed
       first = next(r for r in results if not r.ok)
@@ -80,34 +80,46 @@ def rank(
             f"tournament {topology}: {failed_so_far} of {planned} matches failed "
             f"({failed_so_far / planned:.1%}) > failure_threshold={failure_threshold:.1%}; "
             f"first error: {first.error}")
-    cum_requests = np.concatenate([[0], np.cumsum(requests_M)]).tolist()
-    cum_failed = np.concatenate([[0], np.cumsum(~ok_M)]).tolist()
     next_active, start = [], 0
     for b, pairs in active:
       stop = start + len(pairs)
       logs[b].extend(zip(matches[start:stop], results[start:stop]))
-      requests[b] += cum_requests[stop] - cum_requests[start]
-      failures[b] += cum_failed[stop] - cum_failed[start]
+      requests[b] += sum([r.requests for r in results[start:stop]])
+      if num_failed:
+        failures[b] += stop - start - sum(ok[start:stop])
       try:
-        next_active.append((b, _advance(plays[b], scores_M2[start:stop])))
+        next_active.append((b, _advance(plays[b], scores[start:stop])))
       except StopIteration as done:
         standings[b] = done.value
       start = stop
     active, round_index = next_active, round_index + 1
 
+  advantages_by_group = _standardize_all([s.rewards for s in standings])
   return [
-      GroupResult(order=s.order, ranks=s.ranks, base_rewards=s.rewards,
-                  advantages=advantages.standardize(s.rewards), matches=tuple(log),
-                  requests=req, failures=fail)
-      for s, log, req, fail in zip(standings, logs, requests, failures)
+      GroupResult(order=s.order, ranks=s.ranks, base_rewards=s.rewards, advantages=adv,
+                  matches=tuple(log), requests=req, failures=fail)
+      for s, adv, log, req, fail in zip(standings, advantages_by_group, logs, requests, failures)
   ]
 
 
-def _advance(play: topology_lib.Play, scores_M2: np.ndarray | None) -> topology_lib.Pairs:
+def _standardize_all(rewards: list[np.ndarray]) -> list[np.ndarray]:
+  """Advantages per group, one vectorized call per group size."""
+  out: list[np.ndarray | None] = [None] * len(rewards)
+  by_size: dict[int, list[int]] = {}
+  for b, x in enumerate(rewards):
+    by_size.setdefault(len(x), []).append(b)
+  for members in by_size.values():
+    adv_BG = advantages.standardize(np.stack([rewards[b] for b in members]))
+    for row, b in enumerate(members):
+      out[b] = adv_BG[row]
+  return out
+
+
+def _advance(play: topology_lib.Play, scores: topology_lib.Scores | None) -> topology_lib.Pairs:
   """The group's next non-empty round (StopIteration carries its Standing when it is done)."""
-  pairs = next(play) if scores_M2 is None else play.send(scores_M2)
+  pairs = next(play) if scores is None else play.send(scores)
   while not pairs:
-    pairs = play.send(np.zeros((0, 2)))
+    pairs = play.send([])
   return pairs
 
 
@@ -124,18 +136,16 @@ def _query_of(b: int, group: list[Trajectory]) -> str:
 
 
 def _check_results(matches: list[Match], results: list[MatchResult]):
-  """Scores [M, 2] with failures as ties, ok mask [M], requests [M]; bad scores raise."""
+  """(score_p, score_q) per match with failures as (10, 10) ties, and ok flags; bad scores raise."""
   if len(results) != len(matches):
     raise ValueError(f"judge returned {len(results)} results for {len(matches)} matches")
-  ok_M = np.array([r.ok for r in results], bool)
-  scores_M2 = np.array([(r.score_p, r.score_q) for r in results], np.float64).reshape(-1, 2)
-  requests_M = np.array([r.requests for r in results], np.int64)
-  bad_M = ok_M & ~np.all(np.isfinite(scores_M2) & (scores_M2 >= 0) &
-                         (scores_M2 <= _MAX_SCORE), axis=1)
+  ok = [bool(r.ok) for r in results]
+  scores = [(r.score_p, r.score_q) if good else _TIED for r, good in zip(results, ok)]
+  scores_M2 = np.array(scores, np.float64).reshape(-1, 2)
+  bad_M = ~np.all((scores_M2 >= 0) & (scores_M2 <= _MAX_SCORE), axis=1)  # NaN fails too
   if bad_M.any():
     k = int(np.argmax(bad_M))
     m = matches[k]
-    raise ValueError(f"judge returned scores {tuple(scores_M2[k])} outside [0, 20] for match "
+    raise ValueError(f"judge returned scores {scores[k]} outside [0, 20] for match "
                      f"group={m.group} i={m.i} j={m.j}")
-  scores_M2[~ok_M] = _TIE
-  return scores_M2, ok_M, requests_M
+  return scores, ok

@@ -10,13 +10,13 @@ def play(n: int, rng: np.random.Generator | None = None) -> topology.Play:
   """Pairs (i, j) with i < j, i as P; rank by points."""
   del rng  # deterministic
   pairs = [(i, j) for i in range(n) for j in range(i + 1, n)]
-  scores_M2 = yield pairs
-  pairs_M2 = np.asarray(pairs)
-  points_M = topology.p_points(scores_M2)
-  points_G = np.zeros(n, np.float64)
-  np.add.at(points_G, pairs_M2[:, 0], points_M)
-  np.add.at(points_G, pairs_M2[:, 1], 1.0 - points_M)
-  return topology.standing_from_scores(points_G)
+  scores = yield pairs
+  points = [0.0] * n
+  for (i, j), (si, sj) in zip(pairs, scores):
+    won = topology.p_points(si, sj)
+    points[i] += won
+    points[j] += 1.0 - won
+  return topology.standing_from_scores(points)
 
 
 def num_matches(n: int) -> int:

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import numpy as np
 
-from arenarl_jax import advantages
 from arenarl_jax.tournament import topology
 
 
@@ -39,24 +38,15 @@ def play(n: int, rng: np.random.Generator | None = None) -> topology.Play:
       opponents[a].add(b)
       opponents[b].add(a)
       pairs.append((a, b))
-    scores_M2 = yield pairs
-    for (a, b), p_pts in zip(pairs, topology.p_points(scores_M2).tolist()):
-      points[a] += p_pts
-      points[b] += 1.0 - p_pts
-  return _standing(np.asarray(points), opponents)
-
-
-def _standing(points_G: np.ndarray, opponents: list[set[int]]) -> topology.Standing:
-  """Order by (points, Buchholz); full ties share the average x of their positions."""
-  n = len(points_G)
-  buchholz_G = np.array([points_G[list(opp)].sum() for opp in opponents])
-  # Points and Buchholz are multiples of 0.5, so == is exact.
-  better_GG = (points_G[None, :] > points_G[:, None]) | (
-      (points_G[None, :] == points_G[:, None]) & (buchholz_G[None, :] > buchholz_G[:, None]))
-  ranks_G = (better_GG.sum(axis=1) + 1).astype(np.int32)
-  order = np.lexsort((np.arange(n), -buchholz_G, -points_G))
-  rewards_G = advantages.rewards_from_order(order, ranks_G)
-  return topology.Standing(tuple(order.tolist()), ranks_G, rewards_G)
+    scores = yield pairs
+    for (a, b), (sa, sb) in zip(pairs, scores):
+      won = topology.p_points(sa, sb)
+      points[a] += won
+      points[b] += 1.0 - won
+  # Buchholz = sum of distinct opponents' final points; points and Buchholz are multiples of
+  # 0.5, so equal keys are exact full ties.
+  buchholz = [sum(points[o] for o in opp) for opp in opponents]
+  return topology.standing_from_tiers(list(zip(points, buchholz)))
 
 
 def num_matches(n: int) -> int:

@@ -1,10 +1,11 @@
 """What a topology is: a per-group generator that yields rounds of pairs and returns a Standing.
 
 A topology's ``play(n, rng)`` is a generator. Each ``yield`` is one round: a non-empty list of
-(i, j) pairs (i plays as P, j as Q). The engine sends back a float64 array ``scores_M2`` with one
-row (score_p, score_q) per pair, failed matches already turned into (10, 10) ties, and the
-generator finally returns a ``Standing``. The engine interleaves the generators of all groups, so
-every round of every group goes to the judge in one batch.
+(i, j) pairs (i plays as P, j as Q). The engine sends back one (score_p, score_q) tuple of floats
+per pair, with failed matches already turned into (10, 10) ties, and the generator finally
+returns a ``Standing``. The engine interleaves the generators of all groups, so each round of
+every group goes to the judge in one batch. Plain Python lists keep the per-group cost low: the
+host bookkeeping for 256 groups must stay far below one judge round trip.
 """
 from __future__ import annotations
 
@@ -13,14 +14,14 @@ from typing import Callable, Generator
 
 import numpy as np
 
-from arenarl_jax import advantages
-
 Pairs = list[tuple[int, int]]
-Play = Generator[Pairs, np.ndarray, "Standing"]
+Scores = list[tuple[float, float]]
+Play = Generator[Pairs, Scores, "Standing"]
 
-# Scores closer than this are equal: judge sums carry one decimal per direction, and float error
-# (e.g. in the anchor's mean score) must not decide a match.
+# Judge sums carry one decimal per direction; float error (e.g. in a mean) must not decide.
+TOLERANCE = 1e-6
 _DECIMALS = 6
+_SCALE = 10**_DECIMALS
 
 
 @dataclasses.dataclass(frozen=True)
@@ -42,34 +43,66 @@ class Topology:
   uses_rng: bool
 
 
-def quantize(scores: np.ndarray) -> np.ndarray:
-  """Scores rounded so that float noise cannot break a tie."""
-  return np.round(np.asarray(scores, np.float64), _DECIMALS)
+def p_points(score_p: float, score_q: float) -> float:
+  """Points P gets: 1 win, 0.5 tie (equal within TOLERANCE), 0 loss; Q gets 1 minus that."""
+  diff = score_p - score_q
+  return 1.0 if diff > TOLERANCE else 0.0 if diff < -TOLERANCE else 0.5
 
 
-def quantize_one(score: float) -> float:
-  """``quantize`` for one Python float (hot loops: no numpy call per match)."""
-  return round(score, _DECIMALS)
+def sort_key(score: float) -> int:
+  """A score in [0, 20] quantized so that float noise cannot reorder equal averages."""
+  return int(score * _SCALE + 0.5)
 
 
-def p_points(scores_M2: np.ndarray) -> np.ndarray:
-  """Points P gets per match: 1 win, 0.5 tie, 0 loss (Q gets 1 minus that)."""
-  diff_M = quantize(scores_M2[:, 0]) - quantize(scores_M2[:, 1])
-  return np.where(diff_M > 0, 1.0, np.where(diff_M == 0, 0.5, 0.0))
+def standing_from_scores(scores: list[float]) -> Standing:
+  """Min ranks by score (anchor, round robin): x = (max_rank - rank) / (max_rank - 1).
+
+  Same as ``advantages.min_ranks`` + ``rewards_from_ranks`` on quantized scores, in plain Python
+  because a group is small and there are hundreds of them.
+  """
+  n = len(scores)
+  keys = [-sort_key(s) for s in scores]
+  order = sorted(range(n), key=keys.__getitem__)  # stable: equal scores by index
+  ranks = [0] * n
+  rank, previous = 0, None
+  for position, player in enumerate(order):
+    if keys[player] != previous:
+      rank, previous = position + 1, keys[player]
+    ranks[player] = rank
+  x = [(rank - r) / (rank - 1) for r in ranks] if rank > 1 else [0.0] * n
+  return Standing(tuple(order), np.array(ranks, np.int32), np.array(x, np.float32))
 
 
-def standing_from_scores(scores_G: np.ndarray) -> Standing:
-  """Min-rank standing by score, best first, equal scores by index (anchor, round robin)."""
-  ranks_G = advantages.min_ranks(quantize(scores_G))
-  order = np.lexsort((np.arange(len(ranks_G)), ranks_G))
-  return Standing(tuple(order.tolist()), ranks_G, advantages.rewards_from_ranks(ranks_G))
+def standing_from_tiers(keys: list[tuple[float, ...]]) -> Standing:
+  """Order by descending ``keys`` (then index); equal keys are full ties that share the average
+  x of their positions and the smallest rank (Swiss). Same as ``advantages.rewards_from_order``.
+  """
+  n = len(keys)
+  order = sorted(range(n), key=lambda p: (tuple(-k for k in keys[p]), p))
+  ranks = [0] * n
+  x = [0.0] * n
+  start = 0
+  while start < n:
+    stop = start + 1
+    while stop < n and keys[order[stop]] == keys[order[start]]:
+      stop += 1
+    shared = 1.0 - (start + stop - 1) / 2 / (n - 1)  # mean of 1 - pos / (n - 1) over the run
+    for player in order[start:stop]:
+      ranks[player], x[player] = start + 1, shared
+    start = stop
+  return Standing(tuple(order), np.array(ranks, np.int32), np.array(x, np.float32))
 
 
 def standing_from_order(order: list[int]) -> Standing:
-  """Strict standing from a best-first order (elimination topologies)."""
-  ranks_G = np.empty(len(order), np.int32)
-  ranks_G[np.asarray(order)] = np.arange(1, len(order) + 1, dtype=np.int32)
-  return Standing(tuple(order), ranks_G, advantages.rewards_from_order(order))
+  """Strict standing from a best-first order (elimination topologies): x = 1 - pos / (G-1)."""
+  n = len(order)
+  ranks = [0] * n
+  for position, player in enumerate(order):
+    ranks[player] = position + 1
+  if 0 in ranks:
+    raise AssertionError(f"topology produced an order that is not a permutation: {order}")
+  rewards = [(n - r) / (n - 1) for r in ranks]
+  return Standing(tuple(order), np.array(ranks, np.int32), np.array(rewards, np.float32))
 
 
 def ceil_log2(n: int) -> int:
