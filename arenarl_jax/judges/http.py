@@ -1,4 +1,4 @@
-"""OpenAI-compatible HTTP judge (vLLM, SGLang, llama.cpp, OpenAI, DashScope, ...), async and batched.
+"""OpenAI-compatible HTTP judge (vLLM, SGLang, llama.cpp, OpenAI, DashScope, ...), async, batched.
 
 One match = two chat-completion requests (both orders). All requests of a batch are in flight
 together, at most ``max_concurrency`` at a time. Transport faults (429, 5xx, timeouts, connection

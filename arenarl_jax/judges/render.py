@@ -1,11 +1,12 @@
 """Trajectories -> judge prompts (chat messages), injection-proof.
 
-A prompt is a system message (the rubric, identical for every request of a rubric/mode, so a local
-judge can prefill it once) and a user message of tagged sections: the query, then each agent's path
-(per step: reasoning, intermediate messages, tool calls, tool results) and final answer. Every section
-tag occurs exactly once in the whole prompt: text that comes from a trajectory (or the query) has any
-tag-like ``<`` replaced by ``‹`` so it can neither open nor close a section. Each field is truncated to
-a configurable length with a visible marker; invalid UTF-8 and control characters are replaced.
+A prompt is a system message (the rubric, identical for every request of a rubric/mode, so a
+local judge can prefill it once) and a user message of tagged sections: the query, then each
+agent's path (per step: reasoning, intermediate messages, tool calls, tool results) and final
+answer. Every section tag occurs exactly once in the whole prompt: text that comes from a
+trajectory (or the query) has any tag-like ``<`` replaced by ``‹`` so it can neither open nor close
+a section. Each field is truncated to a configurable length with a visible marker; invalid UTF-8
+and control characters are replaced.
 """
 from __future__ import annotations
 
@@ -88,7 +89,8 @@ class _Counter:
       return text
     self.truncations += 1
     head, tail = text[:limit // 2], text[len(text) - limit // 2:]
-    return f"{head}\n[... {len(text) - len(head) - len(tail)} chars of the path truncated ...]\n{tail}"
+    cut = len(text) - len(head) - len(tail)
+    return f"{head}\n[... {cut} chars of the path truncated ...]\n{tail}"
 
 
 def neutralize(text: str) -> str:
@@ -118,7 +120,8 @@ def render_path(traj: Trajectory, limits: RenderLimits, counter: _Counter | None
         text = f"{c.clean(call.name)} {_arguments(call.arguments, c)}"
         lines.append(f"Tool call {n + 1}: " + c.cut(text, limits.max_tool_call_chars))
       result = c.clean(results[n]).strip() if n < len(results) else "(no result)"
-      lines.append(f"Tool result {n + 1}: " + c.cut(result or "(empty)", limits.max_tool_result_chars))
+      result = c.cut(result or "(empty)", limits.max_tool_result_chars)
+      lines.append(f"Tool result {n + 1}: {result}")
     if len(lines) == 1:
       lines.append("(the final answer)" if content and k == len(steps) else "(empty step)")
     parts.append("\n".join(lines))

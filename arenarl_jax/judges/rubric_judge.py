@@ -10,8 +10,8 @@ pairwise play resists it) can be studied. Per request, for each agent and dimens
     + position_bias for Agent_A                                      (pairwise requests)
   -> rounded to an integer (``integer_scores``) -> clipped to [0, 10]
 
-then overall/combined exactly as for an LLM judge's reply. Saturation models a judge that gives every
-good trajectory 8-9 when it scores one alone; by default it applies to pointwise requests only
+then overall/combined exactly as for an LLM judge's reply. Saturation models a judge that gives
+every good trajectory 8-9 when it scores one alone; by default it applies to pointwise requests only
 (``saturate_pairwise`` applies it to both). Noise is drawn from ``seed``, the call number and the
 match's position in the batch, so the same seed and the same calls give the same results.
 """

@@ -1,8 +1,8 @@
 """Strict parsing of judge replies into verdicts, and the bidirectional combine into a MatchResult.
 
 A reply must be exactly one JSON object (optionally inside one code fence) matching the rubric's
-schema; anything else raises ``VerdictError`` (the backend retries or records a failure). Scores come
-only from the dimension values: the judge's overalls, combined scores and winner are checked (each
+schema; anything else raises ``VerdictError`` (the backend retries or records a failure). Scores
+come only from the dimension values: the judge's overalls, combined scores and winner are checked (each
 disagreement counts as an arithmetic mismatch) but never used.
 """
 from __future__ import annotations
@@ -243,8 +243,11 @@ def _plain(v: float) -> int | float:
   return int(v) if float(v).is_integer() else float(v)
 
 
+Slot = tuple[str, str, str]  # (agent, section, dimension)
+
+
 def verdict_skeleton(rubric: rubric_lib.Rubric,
-                     mode: str = "pairwise") -> tuple[tuple[str, ...], tuple[tuple[str, str, str], ...]]:
+                     mode: str = "pairwise") -> tuple[tuple[str, ...], tuple[Slot, ...]]:
   """The compact verdict as fixed text around score slots (for a teacher-forced local judge).
 
   Returns ``(texts, slots)`` with ``len(texts) == len(slots) + 1``; each slot is

@@ -9,6 +9,8 @@ from arenarl_jax.judges import rubric as rubric_lib
 from arenarl_jax.judges import verdict as verdict_lib
 from arenarl_jax.types import Match, Step, ToolCall, Trajectory
 
+KEY_ENV = "ARENARL_TEST_JUDGE_KEY"  # the real-server tests' key lives here (conftest sets it)
+
 
 def traj(quality: int, extra: str = "", query: str = "Plan a day in Lyon") -> Trajectory:
   """A short trajectory whose answer carries QUALITY=q (the fake judge's ground truth)."""

@@ -1,4 +1,4 @@
-"""HTTP judge logic against an in-process fake server (fast; the real server is in test_http_server)."""
+"""HTTP judge logic against an in-process fake server (fast; the real one: test_http_server.py)."""
 import asyncio
 import copy
 import os
