@@ -80,8 +80,9 @@ class NoisyJudge:
 
   The exact score of P against Q is 20 * sigmoid((q_P - q_Q) / scale), and Q gets 20 minus it.
   ``noise``: "exact"; "gaussian" adds N(0, noise_level) to each side's score (clipped to [0, 20]);
-  "bradley_terry" draws the winner with P(P wins) = sigmoid((q_P - q_Q) / noise_level) and gives it
-  the higher exact score. Independently, a match is a forced (10, 10) tie with ``tie_rate`` and a
+  "bradley_terry" adds Logistic(0, noise_level) noise to the quality gap the judge perceives, so
+  P(P wins) = sigmoid((q_P - q_Q) / noise_level) and the scores follow the perceived gap.
+  Independently, a match is a forced (10, 10) tie with ``tie_rate`` and a
   failure (ok=False) with ``failure_rate``. ``latency_s`` is slept once per batch call. The noise
   comes from one stream seeded by ``seed``: the same calls give the same results.
   """
@@ -122,16 +123,14 @@ class NoisyJudge:
     else:
       _check_indices(gij_M3, *self.qualities.shape, "NoisyJudge")
       diff_M = self.qualities[g, i] - self.qualities[g, j]
+    m = len(matches)
+    if self.noise == "bradley_terry":
+      diff_M = diff_M + self.rng.logistic(0.0, self.noise_level, m)
     s_p = MAX_SCORE / (1.0 + np.exp(-diff_M / self.scale))
     s_q = MAX_SCORE - s_p
-    m = len(matches)
     if self.noise == "gaussian":
       s_p = np.clip(s_p + self.rng.normal(0.0, self.noise_level, m), 0.0, MAX_SCORE)
       s_q = np.clip(s_q + self.rng.normal(0.0, self.noise_level, m), 0.0, MAX_SCORE)
-    elif self.noise == "bradley_terry":
-      p_wins = self.rng.random(m) < 1.0 / (1.0 + np.exp(-diff_M / self.noise_level))
-      hi, lo = np.maximum(s_p, s_q), np.minimum(s_p, s_q)
-      s_p, s_q = np.where(p_wins, hi, lo), np.where(p_wins, lo, hi)
     if self.tie_rate:
       tie = self.rng.random(m) < self.tie_rate
       s_p, s_q = np.where(tie, 10.0, s_p), np.where(tie, 10.0, s_q)
