@@ -63,3 +63,18 @@ def hf_dirs(tmp_path_factory):
     return cache[variant]
 
   return get
+
+
+def jit_forward(model):
+  """model(tokens, positions, cache=, mask_NT=) as one jitted program (eager dispatch is slow)."""
+  import jax
+  from flax import nnx
+
+  graphdef, state = nnx.split(model)
+
+  @jax.jit
+  def forward(state, tokens_NT, positions_NT, cache, mask_NT):
+    return nnx.merge(graphdef, state)(tokens_NT, positions_NT, cache=cache, mask_NT=mask_NT)
+
+  return lambda tokens, positions=None, *, cache=None, mask_NT=None: forward(
+      state, tokens, positions, cache, mask_NT)

@@ -1,0 +1,97 @@
+"""Cached forward (prefill + decode at per-row offsets) equals the full forward; chunked log-probs."""
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from flax import nnx
+from conftest import jit_forward
+
+from arenarl_jax.models.kv_cache import KVCache
+from arenarl_jax.models.logprobs import token_logprobs
+from arenarl_jax.models.safetensors_io import load_hf_dir
+
+VARIANTS = ["qwen3", "qwen2_yarn_untied"]  # qk-norm; q/k/v biases + YaRN
+
+
+@pytest.fixture(scope="module")
+def models(hf_dirs):
+  out = {}
+  for v in VARIANTS:
+    cfg, model = load_hf_dir(hf_dirs(v)[1])
+    out[v] = cfg, model, jit_forward(model)
+  return out
+
+
+def full_logits(forward, tokens_NT):
+  logits, _ = forward(jnp.asarray(tokens_NT))
+  return np.asarray(logits)
+
+
+@pytest.mark.parametrize("variant", VARIANTS)
+def test_prefill_then_decode_equals_full_forward(variant, models):
+  cfg, _, forward = models[variant]
+  rng = np.random.default_rng(1)
+  tokens = rng.integers(0, cfg.vocab_size, (3, 14)).astype(np.int32)
+  want = full_logits(forward, tokens)
+  prompt = np.array([3, 6, 9])
+  # One right-padded prefill chunk; each row's padding writes slots its decode later overwrites.
+  width = prompt.max()
+  positions = np.broadcast_to(np.arange(width), (3, width)).astype(np.int32)
+  cache = KVCache.init(cfg, n_rows=3, n_slots=16)
+  logits, cache = forward(jnp.asarray(tokens[:, :width]), jnp.asarray(positions), cache=cache)
+  rows = np.arange(3)
+  np.testing.assert_allclose(np.asarray(logits)[rows, prompt - 1], want[rows, prompt - 1],
+                             atol=1e-4, rtol=0)
+  for step in range(5):
+    pos = prompt + step
+    logits, cache = forward(jnp.asarray(tokens[rows, pos][:, None]),
+                          jnp.asarray(pos[:, None].astype(np.int32)), cache=cache)
+    np.testing.assert_allclose(np.asarray(logits)[:, 0], want[rows, pos], atol=1e-4, rtol=0)
+
+
+def test_second_chunk_at_per_row_offsets(models):
+  cfg, _, forward = models["qwen3"]
+  rng = np.random.default_rng(2)
+  tokens = rng.integers(0, cfg.vocab_size, (3, 12)).astype(np.int32)
+  want = full_logits(forward, tokens)
+  first = np.array([2, 5, 3])
+  cache = KVCache.init(cfg, n_rows=3, n_slots=12)
+  positions = np.broadcast_to(np.arange(5), (3, 5)).astype(np.int32)
+  _, cache = forward(jnp.asarray(tokens[:, :5]), jnp.asarray(positions), cache=cache)
+  pos = (first[:, None] + np.arange(4)).astype(np.int32)
+  chunk = np.take_along_axis(tokens, pos, axis=1)
+  logits, _ = forward(jnp.asarray(chunk), jnp.asarray(pos), cache=cache)
+  np.testing.assert_allclose(np.asarray(logits), np.take_along_axis(want, pos[..., None], axis=1),
+                             atol=1e-4, rtol=0)
+
+
+def test_cache_writes_past_the_end_are_dropped(models):
+  cfg, _, forward = models["qwen3"]
+  tokens = np.arange(6, dtype=np.int32)[None] % cfg.vocab_size
+  cache = KVCache.init(cfg, n_rows=1, n_slots=4)
+  _, cache = forward(jnp.asarray(tokens[:, :4]), jnp.arange(4, dtype=jnp.int32)[None], cache=cache)
+  before = np.asarray(cache.k[0])
+  _, after = forward(jnp.asarray(tokens[:, 4:5]), jnp.array([[4]], jnp.int32), cache=cache)
+  np.testing.assert_array_equal(np.asarray(after.k[0]), before)
+
+
+@pytest.mark.parametrize("chunk,temperature", [(1, 1.0), (5, 0.7), (64, 1.0)])
+def test_token_logprobs_equal_log_softmax_of_full_logits(chunk, temperature, models):
+  cfg, model, forward = models["qwen2_yarn_untied"]
+  rng = np.random.default_rng(3)
+  tokens = rng.integers(0, cfg.vocab_size, (3, 14)).astype(np.int32)
+  mask = np.ones_like(tokens)
+  mask[1, :4] = 0  # left padding
+  positions = np.maximum(np.cumsum(mask, axis=1) - 1, 0).astype(np.int32)
+  logits, _ = forward(jnp.asarray(tokens), jnp.asarray(positions), mask_NT=jnp.asarray(mask))
+  logp_all = np.asarray(jax.nn.log_softmax(logits / temperature, axis=-1))
+  want = np.take_along_axis(logp_all[:, :-1], tokens[:, 1:, None], axis=-1)[..., 0]
+  graphdef, state = nnx.split(model)
+  logprobs = jax.jit(lambda state, *args: token_logprobs(
+      nnx.merge(graphdef, state), *args, chunk=chunk, temperature=temperature))
+  got = np.asarray(logprobs(state, jnp.asarray(tokens), jnp.asarray(positions), jnp.asarray(mask)))
+  assert got.shape == tokens.shape
+  np.testing.assert_array_equal(got[:, 0], 0.0)
+  valid = (mask[:, 1:] * mask[:, :-1]).astype(bool)
+  np.testing.assert_allclose(got[:, 1:][valid], want[valid], atol=1e-5, rtol=0)
+  assert want.min() < -1.0  # not a degenerate near-uniform distribution
