@@ -231,5 +231,17 @@ def test_bad_judge_output_is_a_clear_error():
   with pytest.raises(ValueError, match="outside \\[0, 20\\] for match group=0 i=2 j=0"):
     tournament.rank(make_groups([3]), Broken(lambda ms: [MatchResult(5, 5),
                                                          MatchResult(25, 5)]), "anchor", 0)
+  with pytest.raises(ValueError, match="outside \\[0, 20\\] for match group=0 i=1 j=0"):
+    tournament.rank(make_groups([3]), Broken(lambda ms: [MatchResult(float("nan"), 5),
+                                                         MatchResult(5, 5)]), "anchor", 0)
   with pytest.raises(ValueError, match="returned 1 results for 2 matches"):
     tournament.rank(make_groups([3]), Broken(lambda ms: [MatchResult(5, 5)]), "anchor", 0)
+
+
+@pytest.mark.parametrize("name", ["double_elimination", "single_elimination"])
+def test_strict_orders_give_the_hand_checked_n2_and_n8_advantages(name):
+  n2, n8 = tournament.rank(make_groups([2, 8]), NoisyJudge(np.arange(8.0)), name, 0)
+  np.testing.assert_allclose(np.sort(n2.advantages), [-0.70710, 0.70710], atol=1e-5)
+  expected = [-1.4289, -1.0206, -0.6124, -0.2041, 0.2041, 0.6124, 1.0206, 1.4289]
+  np.testing.assert_allclose(np.sort(n8.advantages), expected, atol=1e-4)
+  assert n8.order[0] == 7 and n2.order == (1, 0)

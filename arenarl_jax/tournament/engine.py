@@ -46,11 +46,11 @@ def rank(
                      f"got {failure_threshold}")
   groups = [list(g) for g in groups]
   queries = [_query_of(b, g) for b, g in enumerate(groups)]
-  if isinstance(rng, (int, np.integer)) or isinstance(rng, np.random.Generator):
-    streams = np.random.default_rng(rng).spawn(len(groups)) if spec.uses_rng else None
-  else:
+  if not isinstance(rng, (int, np.integer, np.random.Generator)) or isinstance(rng, bool):
     raise TypeError(f"tournament.rank: rng must be an int seed or a numpy Generator, "
                     f"got {type(rng).__name__}")
+  # Only topologies with random pairings pay for the per-group streams.
+  streams = np.random.default_rng(rng).spawn(len(groups)) if spec.uses_rng else None
   planned = sum(spec.num_matches(len(g)) for g in groups)
 
   plays = [spec.play(len(g), streams[b] if streams else None) for b, g in enumerate(groups)]
