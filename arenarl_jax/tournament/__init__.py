@@ -1,7 +1,11 @@
-"""Tournament ranking of trajectory groups: ``rank(groups, judge, topology, rng)``.
+"""Tournament ranking of trajectory groups (ARENARL.md §2-§4).
 
-Topologies (``TOPOLOGIES`` keys = config values): anchor, round_robin, swiss, double_elimination,
-single_elimination (seeded). See engine.rank for the contract.
+``rank(groups, judge, topology, rng)`` takes ``groups[b]`` = the N >= 2 trajectories of prompt b
+(index 0 = greedy anchor, all with the same ``query``) and returns one ``GroupResult`` per group:
+final order, ranks, base rewards, float32 advantages, the match log and request/failure counts.
+All groups advance round by round; each round is one batched ``judge.judge`` call.
+``TOPOLOGIES`` keys equal the config values: anchor, round_robin, swiss, double_elimination,
+single_elimination (seeded).
 """
 from arenarl_jax.tournament.engine import DEFAULT_FAILURE_THRESHOLD
 from arenarl_jax.tournament.engine import JudgeFailureError
