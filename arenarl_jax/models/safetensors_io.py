@@ -79,7 +79,7 @@ def model_from_tensors(cfg: ModelConfig, store: TensorStore) -> Transformer:
   for path, var in nnx.to_flat_state(state):
     name = hf_name(path)
     if name not in store.names:
-      raise KeyError(f"{store.source}: missing tensor {name!r} (needed for {_dotted(path)})")
+      raise KeyError(f"{store.where(name)}: missing tensor {name!r} (needed for {_dotted(path)})")
     kernel = path[-1] == "kernel"
     expected = tuple(var.get_value().shape)
     want = expected[::-1] if kernel else expected

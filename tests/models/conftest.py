@@ -27,12 +27,12 @@ VARIANTS = {
 }
 
 
-def build_hf_model(variant: str, seed: int = 0):
+def build_hf_model(variant: str, seed: int = 0, **changes):
   """A randomly initialised transformers model whose weights are large enough to matter."""
   from transformers import AutoConfig, AutoModelForCausalLM
 
   family, overrides = VARIANTS[variant]
-  config = AutoConfig.for_model(family, **_BASE, **overrides)
+  config = AutoConfig.for_model(family, **_BASE, **{**overrides, **changes})
   torch.manual_seed(seed)
   model = AutoModelForCausalLM.from_config(config, attn_implementation="eager").eval()
   with torch.no_grad():
