@@ -1,8 +1,8 @@
 """llama-architecture GGUF files (e.g. the embedded SmolLM2) -> our Transformer.
 
-Each tensor is dequantized to float32 in HF ``(out, in)`` layout and renamed to its HF name, then the
-HF loader's mapping fills the model. llama.cpp's converter permutes the rows of Q and K for its
-interleaved RoPE; we undo that so our (HF, rotate-half) RoPE applies. No ``output.weight`` = tied head.
+Each tensor is dequantized to float32 in HF ``(out, in)`` layout and renamed to its HF name, then
+the HF loader's mapping fills the model. llama.cpp's converter permutes the rows of Q and K for its
+interleaved RoPE; we undo that so our (HF, rotate-half) RoPE applies. No ``output.weight``: tied.
 """
 from __future__ import annotations
 
@@ -44,7 +44,7 @@ def supported_types() -> frozenset:
 
 
 def unpermute_rows(w_OI: np.ndarray, n_head: int) -> np.ndarray:
-  """Inverse of llama.cpp's Q/K row permutation (per head: pairs (i, i+F/2) back from (2i, 2i+1))."""
+  """Inverse of llama.cpp's Q/K row permutation (per head, rows (2i, 2i+1) -> (i, i + F/2))."""
   out, rest = w_OI.shape[0], w_OI.shape[1:]
   f_half = out // n_head // 2
   return w_OI.reshape(n_head, f_half, 2, *rest).swapaxes(1, 2).reshape(w_OI.shape)

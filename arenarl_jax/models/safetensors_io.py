@@ -64,7 +64,7 @@ def hf_name(path: tuple) -> str:
 
 @dataclasses.dataclass
 class TensorStore:
-  """Named HF-layout (out, in) tensors: ``get(name)`` loads one; ``where(name)`` names its origin."""
+  """Named HF-layout (out, in) tensors: ``get`` loads one, ``where`` names its file (errors)."""
 
   names: frozenset[str]
   get: Callable[[str], np.ndarray]

@@ -1,4 +1,4 @@
-"""GGUF -> our model: tiny llama files written like llama.cpp's converter, checked vs transformers."""
+"""GGUF -> our model: tiny llama files written as llama.cpp's converter does, vs transformers."""
 import re
 
 import gguf
@@ -95,7 +95,8 @@ def test_logits_match_transformers(tied, llama, tmp_path):
   assert cfg.tie_embeddings == tied and cfg.family == "llama" and cfg.norm_eps == 1e-5
   tokens, mask, positions = padded_batch(cfg.vocab_size)
   want = hf_logits(hf_model, tokens, mask, positions)
-  got, _ = jit_forward(model)(jnp.asarray(tokens), jnp.asarray(positions), mask_NT=jnp.asarray(mask))
+  forward = jit_forward(model)
+  got, _ = forward(jnp.asarray(tokens), jnp.asarray(positions), mask_NT=jnp.asarray(mask))
   valid = mask.astype(bool)
   np.testing.assert_array_less(np.abs(np.asarray(got) - want)[valid], 1e-4)
 
@@ -117,7 +118,8 @@ def test_quantized_tensors_are_dequantized_and_unpermuted(qtype, llama, tmp_path
 
 def test_unsupported_architecture(llama, tmp_path):
   path = write_gguf(tmp_path / "g.gguf", llama[0], gguf_tensors(llama[0]), arch="gemma3")
-  with pytest.raises(ValueError, match=re.escape(path) + ": unsupported GGUF architecture 'gemma3'"):
+  want = f"{path}: unsupported GGUF architecture 'gemma3'"
+  with pytest.raises(ValueError, match=re.escape(want)):
     load_gguf(path)
 
 
@@ -125,7 +127,8 @@ def test_unsupported_quantization(llama, tmp_path):
   tensors = gguf_tensors(llama[0])
   del tensors["blk.0.attn_v.weight"]
   q8k = np.zeros((32, 292), np.uint8)  # Q8_K: 256 values per 292-byte block; no dequantizer
-  path = write_gguf(tmp_path / "k.gguf", llama[0], tensors, raw={"blk.0.attn_v.weight": (q8k, Q.Q8_K)})
+  raw = {"blk.0.attn_v.weight": (q8k, Q.Q8_K)}
+  path = write_gguf(tmp_path / "k.gguf", llama[0], tensors, raw=raw)
   with pytest.raises(ValueError, match=re.escape(path) + ": tensor 'blk.0.attn_v.weight' has "
                      "unsupported quantization Q8_K"):
     load_gguf(path)

@@ -1,4 +1,4 @@
-"""Cached forward (prefill + decode at per-row offsets) equals the full forward; chunked log-probs."""
+"""Cached forward (prefill + decode at per-row offsets) equals the full one; chunked log-probs."""
 import jax
 import jax.numpy as jnp
 import numpy as np

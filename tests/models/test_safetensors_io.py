@@ -1,4 +1,4 @@
-"""HF safetensors directories -> our model (logits vs transformers) and our export -> transformers."""
+"""HF safetensors directories -> our model (logits vs transformers); our export -> transformers."""
 import json
 import logging
 import os
