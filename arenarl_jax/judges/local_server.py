@@ -1,0 +1,112 @@
+"""llama.cpp's OpenAI-compatible server (llama-cpp-python) as a child process (a local judge).
+
+Used by the judge tests and benchmark, and handy for a laptop run with a GGUF judge model. Needs
+``llama-cpp-python[server]`` (``bash scripts/setup.sh --judge``).
+"""
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+
+import httpx
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+  """A TCP port that was free a moment ago."""
+  with socket.socket() as s:
+    s.bind((host, 0))
+    return s.getsockname()[1]
+
+
+class LlamaServer:
+  """Starts, stops, kills and restarts ``python -m llama_cpp.server`` on a fixed host/port."""
+
+  def __init__(self, model: str, port: int | None = None, host: str = "127.0.0.1",
+               api_key: str | None = None, n_ctx: int = 2048, n_threads: int = 1,
+               python: str = sys.executable, extra_args: tuple[str, ...] = ()):
+    self.model, self.host, self.port = model, host, port or free_port(host)
+    self._api_key, self.n_ctx, self.n_threads = api_key, n_ctx, n_threads
+    self.python, self.extra_args = python, tuple(extra_args)
+    self.proc: subprocess.Popen | None = None
+    self.log_path = os.path.join(tempfile.mkdtemp(prefix="llama_server_"), "server.log")
+
+  def __repr__(self) -> str:
+    return f"LlamaServer(model={os.path.basename(self.model)!r}, url={self.base_url!r})"
+
+  @property
+  def base_url(self) -> str:
+    return f"http://{self.host}:{self.port}/v1"
+
+  def command(self) -> list[str]:
+    cmd = [self.python, "-m", "llama_cpp.server", "--model", self.model, "--host", self.host,
+           "--port", str(self.port), "--n_ctx", str(self.n_ctx), "--n_threads",
+           str(self.n_threads), "--interrupt_requests", "False", "--logits_all", "False"]
+    if self._api_key:
+      cmd += ["--api_key", self._api_key]
+    return cmd + list(self.extra_args)
+
+  def start(self, timeout_s: float = 180.0) -> "LlamaServer":
+    """Starts the server and waits until ``GET /v1/models`` answers 200."""
+    if self.proc is not None and self.proc.poll() is None:
+      return self
+    if not os.path.isfile(self.model):
+      raise FileNotFoundError(f"judge model file not found: {self.model}")
+    log = open(self.log_path, "ab")
+    self.proc = subprocess.Popen(self.command(), stdout=log, stderr=subprocess.STDOUT,
+                                 stdin=subprocess.DEVNULL, start_new_session=True)
+    log.close()
+    headers = {"Authorization": f"Bearer {self._api_key}"} if self._api_key else {}
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+      if self.proc.poll() is not None:
+        raise RuntimeError(f"llama.cpp server exited with code {self.proc.returncode}; log "
+                           f"{self.log_path}:\n{self.log_tail()}")
+      try:
+        if httpx.get(self.base_url + "/models", headers=headers, timeout=2.0).status_code == 200:
+          return self
+      except httpx.TransportError:
+        pass
+      time.sleep(0.2)
+    self.stop()
+    raise TimeoutError(f"llama.cpp server not ready after {timeout_s:g}s; log {self.log_path}")
+
+  def log_tail(self, chars: int = 2000) -> str:
+    try:
+      with open(self.log_path, "rb") as f:
+        return f.read().decode("utf-8", "replace")[-chars:]
+    except OSError:
+      return ""
+
+  def kill(self) -> None:
+    """SIGKILL the whole process group at once (a crash, as far as clients can tell)."""
+    self._signal(signal.SIGKILL)
+
+  def stop(self, grace_s: float = 5.0) -> None:
+    """SIGTERM the process group, then SIGKILL after ``grace_s``."""
+    if self._signal(signal.SIGTERM):
+      try:
+        self.proc.wait(grace_s)
+      except subprocess.TimeoutExpired:
+        self._signal(signal.SIGKILL)
+
+  def _signal(self, sig: int) -> bool:
+    if self.proc is None or self.proc.poll() is not None:
+      return False
+    try:
+      os.killpg(self.proc.pid, sig)  # start_new_session: the group id is the child's pid
+    except ProcessLookupError:
+      return False
+    if sig == signal.SIGKILL:
+      self.proc.wait()
+    return True
+
+  def __enter__(self) -> "LlamaServer":
+    return self.start()
+
+  def __exit__(self, *exc) -> None:
+    self.stop()
