@@ -24,6 +24,7 @@ from arenarl_jax.types import Judge
 BACKENDS: dict[str, str | Callable[..., Judge]] = {
     "http": "arenarl_jax.judges:make_http_judge",
     "rubric": "arenarl_jax.judges:make_rubric_judge",
+    "flax": "arenarl_jax.judges.flax_judge:make_flax_judge",
 }
 
 

@@ -1,0 +1,391 @@
+"""Local Flax judge: any model the loaders produce scores a round's matches in-process, jitted.
+
+Both modes render exactly the HTTP judge's prompt (``render.py``: rubric system message, tagged
+user message) in the model's ChatML format and judge every match in both orders (ARENARL §3):
+score_p = fwd.A + bwd.B, score_q = fwd.B + bwd.A, each in [0, 20].
+
+**Logit mode** (default; no generation). The system prompt (the compact verdict shape: dimension
+scores only) is the same for every request, so it is prefilled once into a KV cache and copied to
+all rows; each row adds its match-specific text. Each (agent, section, dimension) score is read
+from its own branch, the verdict's JSON key path up to that score, e.g.
+``{"Agent_B": {"answer": {"clarity": `` — never after the model's other scores, so no score is
+anchored on another one. Score = the expected value of the model's distribution over the score
+tokens 0..10, renormalised over them (``flax_programs`` explains how a two-token "10" is read).
+Overall per section = the mean of its dimension expectations and combined = the rubric's weighted
+sum, *without* the rubric's rounding: rounding an expectation throws away the graded preference the
+logits carry (two agents at 6.4 and 6.6 would both become 6 and tie), recreating the ties a
+pairwise judge exists to break. Identical prompts (e.g. both orders of a self-match) are computed
+once, so a self-match ties exactly. Rows run in chunks of ``max_rows`` with their text
+right-padded to power-of-two buckets: one compiled program per (rows, bucket).
+
+**Generative mode**: the sampler (prefix prefilled once, rows extended, greedy by default)
+writes the verdict, which is parsed strictly like an HTTP reply; an unparseable verdict makes the
+match ``ok=False`` (scored as a tie by the tournament).
+
+Prompts whose match-specific part exceeds ``max_user_tokens`` are re-rendered with smaller
+character limits (so truncation keeps ``render.py``'s visible markers) until they fit.
+"""
+from __future__ import annotations
+
+import collections
+import dataclasses
+import json
+import os
+import time
+from typing import Any, Callable, Sequence
+
+import jax
+import numpy as np
+from flax import nnx
+
+from arenarl_jax import chat_format
+from arenarl_jax.judges import flax_programs
+from arenarl_jax.judges import render
+from arenarl_jax.judges import rubric as rubric_lib
+from arenarl_jax.judges import stats
+from arenarl_jax.judges import verdict as verdict_lib
+from arenarl_jax.types import Match, MatchResult, Trajectory
+
+MODES = ("logit", "generative")
+TIE = 10.0  # each side of a failed match (the middle of [0, 20])
+_MAX_REFITS = 6  # re-renders with smaller character limits before a prompt counts as too long
+
+
+@dataclasses.dataclass(frozen=True)
+class FlaxJudgeConfig:
+  """Settings of the local judge (``judge.flax`` in configs)."""
+
+  model: str = "smollm2"  # make_flax_judge loads it: "smollm2", a .gguf file or an HF directory
+  mode: str = "logit"  # one of MODES
+  max_rows: int = 8  # prompts per compiled call (memory: rows x cache slots x layers)
+  max_user_tokens: int = 2048  # token budget of a prompt's match-specific part
+  min_bucket: int = 64  # smallest padded length of that part (buckets double up to the budget)
+  max_new_tokens: int = 256  # generative: verdict length bound
+  temperature: float = 0.0  # generative: 0 = greedy
+  seed: int = 0  # generative sampling with temperature > 0
+
+  def __post_init__(self):
+    if self.mode not in MODES:
+      raise ValueError(f"judge.flax.mode must be one of {MODES}, got {self.mode!r}")
+    for name in ("max_rows", "max_user_tokens", "min_bucket", "max_new_tokens"):
+      value = getattr(self, name)
+      if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ValueError(f"judge.flax.{name} must be an int >= 1, got {value!r}")
+    if self.min_bucket > self.max_user_tokens:
+      raise ValueError(f"judge.flax.min_bucket={self.min_bucket} exceeds max_user_tokens="
+                       f"{self.max_user_tokens}")
+    if self.temperature < 0:
+      raise ValueError(f"judge.flax.temperature must be >= 0, got {self.temperature}")
+
+
+def doubling_buckets(largest: int, smallest: int) -> tuple[int, ...]:
+  """smallest, 2*smallest, ... below ``largest``, then ``largest`` itself."""
+  out, b = [], smallest
+  while b < largest:
+    out.append(b)
+    b *= 2
+  return tuple(out) + (largest,)
+
+
+def _bucket(n: int, buckets: Sequence[int]) -> int:
+  return next(b for b in buckets if b >= n)
+
+
+@dataclasses.dataclass(frozen=True)
+class _Row:
+  """One prompt's match-specific token ids (or why it has none)."""
+
+  ids: tuple[int, ...] | None
+  error: str | None = None
+
+
+class FlaxJudge:
+  """Pairwise ``judge(matches)`` and pointwise ``score(trajectories)`` with a local Flax model."""
+
+  def __init__(self, model: nnx.Module, tokenizer, config: FlaxJudgeConfig = FlaxJudgeConfig(),
+               rubric: rubric_lib.Rubric | str = "travel", compact: bool = False,
+               limits: render.RenderLimits = render.RenderLimits()):
+    self.config = config
+    self.tokenizer = tokenizer
+    self.rubric = rubric_lib.load_rubric(rubric)
+    # Logit mode reads the compact verdict, so its instructions must describe that shape.
+    self.compact = True if config.mode == "logit" else bool(compact)
+    self.limits = limits
+    self.metrics = stats.JudgeMetrics()
+    self.counts: collections.Counter = collections.Counter()  # flax-only counters, see snapshot()
+    self.model = model
+    self.graphdef, self.params = nnx.split(model)
+    self.buckets = doubling_buckets(config.max_user_tokens, config.min_bucket)
+    self.row_buckets = doubling_buckets(config.max_rows, 1)
+    self._prefix: dict[str, tuple[list[int], Any]] = {}  # verdict mode -> (ids, cache)
+    self._layouts: dict[str, flax_programs.BranchLayout] = {}
+    self.calls = 0
+
+  def __repr__(self) -> str:
+    return (f"FlaxJudge(model={type(self.model).__name__}, mode={self.config.mode!r}, "
+            f"rubric={self.rubric.name!r})")
+
+  # ------------------------------------------------------------------ public API
+  def judge(self, matches: Sequence[Match]) -> list[MatchResult]:
+    """Both orders of every match; results align with ``matches``."""
+    rows: list[_Row] = []
+    for k, m in enumerate(matches):
+      if m.p is None or m.q is None:
+        raise ValueError(f"matches[{k}] (group {m.group}, {m.i} vs {m.j}) has no trajectories")
+      query = m.query or m.p.query
+      for a, b in ((m.p, m.q), (m.q, m.p)):
+        rows.append(self._row("pairwise", lambda lim, a=a, b=b, query=query:
+                              render.render_pairwise(self.rubric, query, a, b, lim, self.compact)))
+    agents = self._evaluate("pairwise", rows)
+    results = []
+    for k in range(len(matches)):
+      (fwd, e1, d1), (bwd, e2, d2) = agents[2 * k], agents[2 * k + 1]
+      if fwd is None or bwd is None:
+        error = "; ".join(f"{d}: {e}" for d, e in (("forward", e1), ("backward", e2)) if e)
+        results.append(MatchResult(TIE, TIE, ok=False, error=error, requests=2))
+        continue
+      (fa, fb), (ba, bb) = fwd, bwd
+      detail = {"forward": (fa, fb), "backward": (ba, bb), **_merge(d1, d2)}
+      results.append(MatchResult(score_p=fa + bb, score_q=fb + ba, ok=True, error=None,
+                                 requests=2, detail=detail))
+    self._account(len(results), sum(not r.ok for r in results), requests=2 * len(results))
+    return results
+
+  def score(self, trajectories: Sequence[Trajectory]) -> verdict_lib.PointwiseScores:
+    """Pointwise 0-10 scores (the same rubric, one trajectory per prompt)."""
+    rows = [self._row("pointwise", lambda lim, t=t:
+                      render.render_pointwise(self.rubric, t.query, t, lim, self.compact))
+            for t in trajectories]
+    agents = self._evaluate("pointwise", rows)
+    scores = np.array([a[0][0] if a[0] is not None else np.nan for a in agents], np.float32)
+    ok = np.array([a[0] is not None for a in agents], bool)
+    self._account(len(agents), int((~ok).sum()), requests=len(agents))
+    return verdict_lib.PointwiseScores(scores, ok, tuple(a[1] for a in agents))
+
+  def snapshot(self) -> dict[str, float]:
+    """``metrics.snapshot()`` (latency = one compiled call) plus the flax counters: rows
+    (distinct prompts run), tokens (their real tokens), calls (compiled-program calls), compiles
+    (programs traced during this judge's calls), refits (prompts re-rendered to fit the budget)."""
+    out = self.metrics.snapshot()
+    for name in ("rows", "tokens", "calls", "compiles", "refits"):
+      out[name] = self.counts[name]
+    return out
+
+  # ------------------------------------------------------------------ prompts
+  def _prefix_text(self, verdict_mode: str) -> str:
+    system = render.system_prompt(self.rubric, verdict_mode, self.compact)
+    return chat_format.render_turn("system", system) + chat_format.IM_START + "user\n"
+
+  def _row(self, verdict_mode: str, render_fn: Callable[[render.RenderLimits], render.Prompt]
+           ) -> _Row:
+    """The tokens after the shared prefix, re-rendered with smaller limits until they fit."""
+    budget, limits = self.config.max_user_tokens, self.limits
+    prefix = self._prefix_text(verdict_mode)
+    for attempt in range(_MAX_REFITS + 1):
+      prompt = render_fn(limits)
+      text = chat_format.render_messages(prompt.messages, add_generation_prompt=True)
+      if not text.startswith(prefix):
+        raise RuntimeError("the rendered prompt does not start with the judge's shared prefix")
+      ids = self.tokenizer.encode(text[len(prefix):])
+      if len(ids) <= budget:
+        self.metrics.add("truncations", prompt.truncations)
+        self.metrics.add("repairs", prompt.repairs)
+        self.counts["refits"] += attempt
+        return _Row(tuple(ids))
+      smaller = _scaled(limits, 0.9 * budget / len(ids))
+      if smaller == limits:
+        break
+      limits = smaller
+    self.counts["refits"] += attempt
+    return _Row(None, f"prompt needs {len(ids)} tokens after truncating every field to "
+                      f"{dataclasses.asdict(limits)}; judge.flax.max_user_tokens={budget}")
+
+  def prefix_state(self, verdict_mode: str):
+    """(prefix ids, its one-row KV cache in logit mode) — built once per verdict mode."""
+    if verdict_mode not in self._prefix:
+      ids = self.tokenizer.encode(self._prefix_text(verdict_mode))
+      if getattr(self.tokenizer, "add_bos", False) and self.tokenizer.bos_id is not None:
+        ids = [self.tokenizer.bos_id] + ids
+      cache = None
+      if self.config.mode == "logit":
+        before = sum(flax_programs.TRACES.values())
+        cache = flax_programs.prefill_prefix(self.graphdef, self.params, np.asarray([ids]))
+        self.counts["compiles"] += sum(flax_programs.TRACES.values()) - before
+      self._prefix[verdict_mode] = (ids, cache)
+    return self._prefix[verdict_mode]
+
+  def _layout(self, verdict_mode: str) -> flax_programs.BranchLayout:
+    if verdict_mode not in self._layouts:
+      self._layouts[verdict_mode] = branch_layout(self.tokenizer, branch_texts(
+          self.rubric, verdict_mode))
+    return self._layouts[verdict_mode]
+
+  # ------------------------------------------------------------------ evaluation
+  def _evaluate(self, verdict_mode: str, rows: list[_Row]):
+    """Per row: (per-agent combined scores or None, error or None, detail dict)."""
+    self.calls += 1
+    unique = sorted({r.ids for r in rows if r.ids is not None}, key=lambda ids: (len(ids), ids))
+    if self.config.mode == "logit":
+      got = self._logit_rows(verdict_mode, unique)
+    else:
+      from arenarl_jax.judges import flax_generate  # pylint: disable=g-import-not-at-top
+      got = flax_generate.verdict_rows(self, verdict_mode, unique)
+    return [(None, r.error, {}) if r.ids is None else got[r.ids] for r in rows]
+
+  def chunks(self, unique: list[tuple[int, ...]]):
+    """(row ids, tokens [n, t] int32, lengths [n]) per chunk of rows padded to its buckets."""
+    for start in range(0, len(unique), self.config.max_rows):
+      part = unique[start:start + self.config.max_rows]
+      n, t = _bucket(len(part), self.row_buckets), _bucket(len(part[-1]), self.buckets)
+      tokens = np.zeros((n, t), np.int32)
+      lengths = np.ones((n,), np.int32)  # padding rows: one token, results dropped
+      for r, ids in enumerate(part):
+        tokens[r, :len(ids)] = ids
+        lengths[r] = len(ids)
+      self.counts["rows"] += len(part)
+      self.counts["tokens"] += int(sum(len(ids) for ids in part))
+      yield part, tokens, lengths
+
+  def _logit_rows(self, verdict_mode: str, unique: list[tuple[int, ...]]) -> dict:
+    _, prefix = self.prefix_state(verdict_mode)
+    layout = self._layout(verdict_mode)
+    values = np.arange(flax_programs.N_SCORES, dtype=np.float64)
+    out = {}
+    for part, tokens, lengths in self.chunks(unique):
+      before = sum(flax_programs.TRACES.values())
+      start = time.perf_counter()
+      probs, mass = jax.device_get(flax_programs.score_rows(
+          self.graphdef, self.params, prefix, tokens, lengths, layout=layout))
+      self.metrics.latency(time.perf_counter() - start)
+      self.counts["calls"] += 1
+      self.counts["compiles"] += sum(flax_programs.TRACES.values()) - before
+      expected = np.asarray(probs, np.float64) @ values  # [n, B]
+      for r, ids in enumerate(part):
+        if not np.all(np.isfinite(expected[r])):
+          out[ids] = (None, "the model's score distribution is not finite", {})
+          continue
+        out[ids] = (combine_agents(self.rubric, verdict_mode, expected[r]), None,
+                    {"score_mass": float(np.min(mass[r]))})
+    return out
+
+  def _account(self, n: int, failed: int, requests: int) -> None:
+    """``requests`` counts judge prompts (2 per match), as the HTTP judge counts requests."""
+    self.metrics.add("matches", n)
+    self.metrics.add("requests", requests)
+    self.metrics.add("failed_matches", failed)
+
+
+def _scaled(limits: render.RenderLimits, factor: float) -> render.RenderLimits:
+  """Every character limit times ``factor`` (at least 16)."""
+  values = {f.name: max(16, int(getattr(limits, f.name) * factor))
+            for f in dataclasses.fields(limits)}
+  return dataclasses.replace(limits, **values)
+
+
+def _merge(d1: dict, d2: dict) -> dict:
+  """Both orders' diagnostics: the smaller score mass, the summed arithmetic mismatches."""
+  out = {}
+  if "score_mass" in d1 and "score_mass" in d2:
+    out["score_mass"] = min(d1["score_mass"], d2["score_mass"])
+  if "mismatches" in d1 and "mismatches" in d2:
+    out["mismatches"] = d1["mismatches"] + d2["mismatches"]
+  return out
+
+
+def slots(rubric: rubric_lib.Rubric, verdict_mode: str) -> list[tuple[str, str, str]]:
+  """(agent, section, dimension) of every score, in verdict order (agent "" when pointwise)."""
+  agents = rubric_lib.AGENTS if verdict_mode == "pairwise" else ("",)
+  return [(a, s, d.name) for a in agents for s in rubric_lib.SECTIONS
+          for d in rubric.dimensions(s)]
+
+
+def branch_texts(rubric: rubric_lib.Rubric, verdict_mode: str) -> list[str]:
+  """Each score's JSON key path, e.g. ``{"Agent_A": {"path": {"breadth": ``."""
+  out = []
+  for agent, section, dim in slots(rubric, verdict_mode):
+    keys = ([agent] if agent else []) + [section, dim]
+    out.append("".join("{" + json.dumps(k) + ": " for k in keys))
+  return out
+
+
+def score_tokens(tokenizer, texts: Sequence[str]) -> tuple[tuple[int, ...], int]:
+  """(ids of "0".."9", id of a single-token "10" or -1 when it is "1" + "0") after every text.
+
+  Raises ValueError when a score does not tokenize as those tokens right after a branch text
+  (the reads would then not be the model's probability of writing that score).
+  """
+  digits, ten = None, None
+  for text in texts:
+    base = tokenizer.encode(text)
+    tails = []
+    for s in range(11):
+      ids = tokenizer.encode(text + str(s))
+      if ids[:len(base)] != base:
+        raise ValueError(f"logit mode: the tokenizer re-tokenizes {text!r} when the score {s} "
+                         "follows it; the score cannot be read as the next token")
+      tails.append(tuple(ids[len(base):]))
+    if any(len(t) != 1 for t in tails[:10]):
+      raise ValueError(f"logit mode: the scores 0-9 after {text!r} are not single tokens: "
+                       f"{tails[:10]}")
+    this_digits = tuple(t[0] for t in tails[:10])
+    if tails[10] == (this_digits[1], this_digits[0]):
+      this_ten = -1
+    elif len(tails[10]) == 1:
+      this_ten = tails[10][0]
+    else:
+      raise ValueError(f"logit mode: the score 10 after {text!r} is {tails[10]}, neither one "
+                       "token nor the tokens of '1' and '0'")
+    if digits is not None and (this_digits, this_ten) != (digits, ten):
+      raise ValueError(f"logit mode: score tokens differ between branches (after {text!r})")
+    digits, ten = this_digits, this_ten
+  return digits, ten
+
+
+def branch_layout(tokenizer, texts: Sequence[str]) -> flax_programs.BranchLayout:
+  """The static branch layout of ``texts`` for ``tokenizer``."""
+  digits, ten = score_tokens(tokenizer, texts)
+  return flax_programs.BranchLayout.build([tokenizer.encode(t) for t in texts], digits, ten)
+
+
+def combine_agents(rubric: rubric_lib.Rubric, verdict_mode: str,
+                   expected: np.ndarray) -> tuple[float, ...]:
+  """Per agent: w_path * mean(path expectations) + w_answer * mean(answer expectations)."""
+  by_key = dict(zip(slots(rubric, verdict_mode), expected.tolist()))
+  agents = rubric_lib.AGENTS if verdict_mode == "pairwise" else ("",)
+  out = []
+  for a in agents:
+    path = np.mean([by_key[a, "path", d.name] for d in rubric.path])
+    answer = np.mean([by_key[a, "answer", d.name] for d in rubric.answer])
+    out.append(float(rubric.path_weight * path + rubric.answer_weight * answer))
+  return tuple(out)
+
+
+def make_flax_judge(cfg: Any, model: nnx.Module | None = None, tokenizer=None) -> FlaxJudge:
+  """``backend="flax"``: ``judge.flax`` settings; ``model``/``tokenizer`` given or loaded."""
+  from arenarl_jax import judges  # pylint: disable=g-import-not-at-top
+  cfg = judges.as_dict(cfg, "judge")
+  config = judges.from_config(FlaxJudgeConfig, cfg.get("flax"), "judge.flax")
+  if (model is None) != (tokenizer is None):
+    raise ValueError("make_judge(backend='flax'): pass both model= and tokenizer=, or neither "
+                     "(then judge.flax.model is loaded)")
+  if model is None:
+    model, tokenizer = load_judge_model(config.model)
+  return FlaxJudge(model, tokenizer, config, rubric=cfg.get("rubric", "travel"),
+                   compact=bool(cfg.get("compact", False)),
+                   limits=judges.from_config(render.RenderLimits, cfg.get("render"),
+                                             "judge.render"))
+
+
+def load_judge_model(source: str):
+  """(model, tokenizer) from "smollm2" (the embedded GGUF), a .gguf file or an HF directory."""
+  # pylint: disable=g-import-not-at-top
+  from arenarl_jax.models import gguf_io, safetensors_io
+  from arenarl_jax.models.embedded import find_smollm2_gguf
+  from arenarl_jax.tokenizer import Tokenizer
+  path = find_smollm2_gguf() if source == "smollm2" else source
+  if path.endswith(".gguf") and os.path.isfile(path):
+    return gguf_io.load_gguf(path)[1], Tokenizer.from_gguf(path)
+  if os.path.isdir(path):
+    return safetensors_io.load_hf_dir(path)[1], Tokenizer.from_hf_dir(path)
+  raise ValueError(f"judge.flax.model={source!r} is neither 'smollm2', a .gguf file nor a "
+                   "model directory")

@@ -1,0 +1,202 @@
+"""Device programs of the local Flax judge (logit mode): shared prefix, row extension, score reads.
+
+1. ``prefill_prefix``: the rubric's system prompt (identical for every request of a rubric/mode) is
+   run ONCE into a one-row KV cache.
+2. ``score_rows``: that cache is padded to the program's static length and copied to all rows
+   (``take_rows``); each row is extended with its match-specific text (right-padded to a
+   power-of-two bucket); then every score is read from its own short *branch* (the JSON key path
+   of one agent, section and dimension) that sees the row's prompt but no other branch: one
+   tree-attention pass over all branches, without copying the cache per branch. One compiled
+   program per (rows, bucket).
+
+A score is the model's distribution over the score tokens 0..10 after its branch, renormalised over
+those tokens. When "10" is spelled with two tokens ("1", "0", as SmolLM2's digit-splitting tokenizer
+does), each branch ends with a teacher-forced "1" so the same pass also gives the distribution after
+"1": P(10) = P("1")·P("0" | "1") and P(1) = P("1")·P(no digit | "1") (the number ends there; a
+decimal such as "1.5" counts as 1 and longer numbers such as "12" are invalid scores and dropped).
+"""
+from __future__ import annotations
+
+import collections
+import dataclasses
+import functools
+
+import jax
+import jax.numpy as jnp
+from flax import nnx
+
+from arenarl_jax.models.kv_cache import KVCache
+from arenarl_jax.models.rope import apply_rope, rope_tables
+
+N_SCORES = 11  # the score tokens 0..10
+_MASKED = -1e30  # as the model's attention: finite, so a fully masked row cannot produce NaN
+# (program, rows, tokens) -> times traced; a trace is one compilation of a jitted program.
+TRACES: collections.Counter = collections.Counter()
+
+
+@dataclasses.dataclass(frozen=True)
+class BranchLayout:
+  """The branches of one verdict shape, flattened into Q tokens (static: hashable tuples).
+
+  Token q belongs to branch ``branch[q]`` at offset ``offset[q]`` after the row's prompt.
+  ``first[b]``: index of branch b's last text token (its logits give the first score token);
+  ``after_one[b]``: index of the teacher-forced "1" that ends branch b (-1 when "10" is one token).
+  ``digits``: the ids of "0".."9"; ``ten``: the id of a single-token "10", or -1.
+  """
+
+  tokens: tuple[int, ...]
+  branch: tuple[int, ...]
+  offset: tuple[int, ...]
+  first: tuple[int, ...]
+  after_one: tuple[int, ...]
+  digits: tuple[int, ...]
+  ten: int = -1
+
+  @classmethod
+  def build(cls, branches: list[list[int]], digits: tuple[int, ...], ten: int) -> BranchLayout:
+    """Layout of the given branch token lists (each followed by a "1" when "10" is two tokens)."""
+    if len(digits) != 10:
+      raise ValueError(f"need the ids of the 10 digits, got {len(digits)}")
+    tokens, branch, offset, first, after_one = [], [], [], [], []
+    for b, ids in enumerate(branches):
+      if not ids:
+        raise ValueError(f"branch {b} has no tokens")
+      row = list(ids) + ([] if ten >= 0 else [digits[1]])
+      first.append(len(tokens) + len(ids) - 1)
+      after_one.append(len(tokens) + len(ids) if ten < 0 else -1)
+      tokens += row
+      branch += [b] * len(row)
+      offset += list(range(len(row)))
+    return cls(tuple(tokens), tuple(branch), tuple(offset), tuple(first), tuple(after_one),
+               tuple(digits), ten)
+
+  @property
+  def n_branches(self) -> int:
+    return len(self.first)
+
+
+@functools.partial(jax.jit, static_argnames=("graphdef",))
+def prefill_prefix(graphdef, params, tokens_1T) -> KVCache:
+  """A one-row cache holding the shared prefix at positions 0..T-1."""
+  TRACES["prefill_prefix", 1, tokens_1T.shape[1]] += 1
+  model = nnx.merge(graphdef, params)
+  t = tokens_1T.shape[1]
+  cache = KVCache.init(model.cfg, 1, t)
+  _, cache = model.hidden(tokens_1T, jnp.arange(t, dtype=jnp.int32)[None], cache=cache)
+  return cache
+
+
+def key_slot_axis(cfg) -> int:
+  """The slot axis of the cache's key buffers ([N, K, S, F] or the transposed [N, K, F, S])."""
+  probe = jax.eval_shape(lambda: KVCache.init(cfg, 1, cfg.head_dim + 1))
+  return probe.k[0].shape.index(cfg.head_dim + 1)
+
+
+def pad_slots(cache: KVCache, extra: int, key_axis: int) -> KVCache:
+  """The cache with ``extra`` empty slots appended."""
+  def pad(x, axis):
+    widths = [(0, 0)] * x.ndim
+    widths[axis] = (0, extra)
+    return jnp.pad(x, widths)
+  return KVCache(k=tuple(pad(x, key_axis) for x in cache.k), v=tuple(pad(x, 2) for x in cache.v))
+
+
+def _attend(q_NQKRF, k_NKFX, v_NKXF, visible_NQX):
+  """Softmax attention in float32 (the model's formula) over X = cache slots + branch tokens."""
+  scale = q_NQKRF.shape[-1] ** -0.5
+  scores_NKRQX = jnp.einsum("nqkrf,nkfx->nkrqx", q_NQKRF, k_NKFX,
+                            preferred_element_type=jnp.float32) * scale
+  scores_NKRQX = jnp.where(visible_NQX[:, None, None], scores_NKRQX, _MASKED)
+  probs_NKRQX = jax.nn.softmax(scores_NKRQX, axis=-1).astype(v_NKXF.dtype)
+  return jnp.einsum("nkrqx,nkxf->nqkrf", probs_NKRQX, v_NKXF)
+
+
+def branch_hidden(model, cache: KVCache, lengths_N, layout: BranchLayout):
+  """Final hidden states [N, Q, D] of the branch tokens of every row.
+
+  Token q sits at position ``lengths_N + offset[q]`` and sees the row's cache slots below
+  ``lengths_N`` and the earlier tokens of its own branch only (tree attention). This is the
+  model's Block/Attention computation with extra keys; tests check it against running each branch
+  as its own cache row through ``model(...)``.
+  """
+  cfg = model.cfg
+  key_axis = key_slot_axis(cfg)
+  n, q = lengths_N.shape[0], len(layout.tokens)
+  heads, kv, hd = cfg.n_heads, cfg.n_kv_heads, cfg.head_dim
+  branch_Q = jnp.asarray(layout.branch, jnp.int32)
+  offset_Q = jnp.asarray(layout.offset, jnp.int32)
+  x_QD = jnp.take(model.embed[...], jnp.asarray(layout.tokens, jnp.int32), axis=0)
+  x_NQD = jnp.broadcast_to(x_QD[None], (n, q, cfg.d_model))
+  positions_NQ = lengths_N[:, None] + offset_Q[None, :]
+  cos, sin = rope_tables(cfg, positions_NQ)
+  slots_S = jnp.arange(cache.n_slots)
+  see_cache_NQS = jnp.broadcast_to((slots_S[None, :] < lengths_N[:, None])[:, None, :],
+                                   (n, q, cache.n_slots))
+  see_self_QQ = (branch_Q[:, None] == branch_Q[None, :]) & (offset_Q[None, :] <= offset_Q[:, None])
+  visible_NQX = jnp.concatenate(
+      [see_cache_NQS, jnp.broadcast_to(see_self_QQ[None], (n, q, q))], axis=-1)
+  for i, layer in enumerate(model.layers):
+    attn = layer.attn
+    y_NQD = layer.attn_norm(x_NQD)
+    q_NQHF = attn.q(y_NQD).reshape(n, q, heads, hd)
+    k_NQKF = attn.k(y_NQD).reshape(n, q, kv, hd)
+    v_NQKF = attn.v(y_NQD).reshape(n, q, kv, hd)
+    if attn.q_norm is not None:
+      q_NQHF, k_NQKF = attn.q_norm(q_NQHF), attn.k_norm(k_NQKF)
+    q_NQHF = apply_rope(q_NQHF, cos, sin)
+    k_NQKF = apply_rope(k_NQKF, cos, sin)
+    k_cache = cache.k[i] if key_axis == 3 else cache.k[i].transpose(0, 1, 3, 2)
+    k_NKFX = jnp.concatenate([k_cache, k_NQKF.transpose(0, 2, 3, 1).astype(k_cache.dtype)],
+                             axis=3)
+    v_NKXF = jnp.concatenate([cache.v[i], v_NQKF.transpose(0, 2, 1, 3).astype(cache.v[i].dtype)],
+                             axis=2)
+    out_NQKRF = _attend(q_NQHF.reshape(n, q, kv, heads // kv, hd), k_NKFX, v_NKXF, visible_NQX)
+    x_NQD = x_NQD + attn.o(out_NQKRF.reshape(n, q, heads * hd))
+    x_NQD = x_NQD + layer.mlp(layer.mlp_norm(x_NQD))
+  return model.final_norm(x_NQD)
+
+
+def score_log_probs(first_NBV, after_one_NBV, digits, ten: int):
+  """(log P(score = s) renormalised over s = 0..10 [N, B, 11], mass on score tokens [N, B]).
+
+  ``first_NBV``: log-probs after each branch; ``after_one_NBV``: log-probs after its "1" (None when
+  "10" is a single token ``ten``).
+  """
+  digits_10 = jnp.asarray(digits, jnp.int32)
+  lp_NB10 = first_NBV[..., digits_10]
+  if after_one_NBV is None:
+    lp_ten_NB = first_NBV[..., ten]
+  else:
+    lq_NB10 = after_one_NBV[..., digits_10]
+    is_digit_V = jnp.zeros(after_one_NBV.shape[-1], bool).at[digits_10].set(True)
+    # log P(no digit | "1") as a logsumexp over the other tokens: exact even when it is tiny.
+    l_end_NB = jax.nn.logsumexp(jnp.where(is_digit_V, -jnp.inf, after_one_NBV), axis=-1)
+    lp_ten_NB = lp_NB10[..., 1] + lq_NB10[..., 0]
+    lp_NB10 = lp_NB10.at[..., 1].add(l_end_NB)
+  lp_NBS = jnp.concatenate([lp_NB10, lp_ten_NB[..., None]], axis=-1)
+  total_NB = jax.nn.logsumexp(lp_NBS, axis=-1)
+  return lp_NBS - total_NB[..., None], jnp.exp(total_NB)
+
+
+@functools.partial(jax.jit, static_argnames=("graphdef", "layout"))
+def score_rows(graphdef, params, prefix: KVCache, tokens_NT, lengths_N, *, layout: BranchLayout):
+  """Per row and branch: (score probabilities [N, B, 11], mass on score tokens [N, B]).
+
+  Rows are the prefix (every row the same) followed by ``lengths_N`` real tokens of ``tokens_NT``
+  (right-padded); the cache holds prefix + T slots.
+  """
+  n, t = tokens_NT.shape
+  TRACES["score_rows", n, t] += 1
+  model = nnx.merge(graphdef, params)
+  ts = prefix.n_slots
+  cache = pad_slots(prefix, t, key_slot_axis(model.cfg)).take_rows(jnp.zeros((n,), jnp.int32))
+  positions_NT = ts + jnp.broadcast_to(jnp.arange(t, dtype=jnp.int32), (n, t))
+  _, cache = model.hidden(tokens_NT, positions_NT, cache=cache)
+  h_NQD = branch_hidden(model, cache, ts + lengths_N, layout)
+  two_tokens = layout.after_one[0] >= 0
+  reads = layout.first + (layout.after_one if two_tokens else ())
+  logp_NRV = jax.nn.log_softmax(model.head(h_NQD[:, jnp.asarray(reads)]), axis=-1)
+  b = layout.n_branches
+  after = logp_NRV[:, b:] if two_tokens else None
+  lp_NBS, mass_NB = score_log_probs(logp_NRV[:, :b], after, layout.digits, layout.ten)
+  return jnp.exp(lp_NBS), mass_NB
