@@ -9,6 +9,7 @@ import pytest
 
 from arenarl_jax import judges
 from arenarl_jax.judges import http
+from arenarl_jax.judges import local_server
 from arenarl_jax.judges import rubric as rubric_lib
 import judge_fakes
 
@@ -204,3 +205,22 @@ def test_make_judge_registry_and_config_errors():
     judges.make_judge({"backend": "htp"})
   with pytest.raises(http.JudgeConfigError, match="response_format"):
     judges.make_judge({"backend": "http", "http": {"response_format": "xml"}})
+
+
+def test_hanging_request_times_out_and_is_retried():
+  server = judge_fakes.FakeServer(_truthful, faults=["hang"])
+  judge = _judge(server, timeout_s=0.3, max_concurrency=1)
+  (r,) = judge.judge(judge_fakes.matches([(2, 3)]))
+  assert r.ok and (r.score_p, r.score_q) == (4, 6)
+  assert judge.metrics["retries"] == 1 and judge.metrics["requests"] == 3
+
+
+def test_local_server_errors(tmp_path):
+  with pytest.raises(FileNotFoundError, match="judge model file not found"):
+    local_server.LlamaServer(str(tmp_path / "missing.gguf")).start()
+  model = tmp_path / "m.gguf"
+  model.write_bytes(b"")
+  server = local_server.LlamaServer(str(model), python="/bin/false")
+  with pytest.raises(RuntimeError, match="exited with code 1"):
+    server.start(timeout_s=30)
+  assert "--interrupt_requests" in server.command() and "--api_key" not in server.command()
