@@ -9,6 +9,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 import torch
+from flax import nnx
 from conftest import VARIANTS
 from safetensors.numpy import load_file, save_file
 
@@ -80,11 +81,17 @@ def test_sharded_checkpoint_equals_single_file(hf_dirs, tmp_path):
                                 our_logits(single, tokens, mask, positions))
 
 
-def test_bfloat16_params(hf_dirs):
-  _, path = hf_dirs("llama")
+def test_bfloat16_params_export_from_state_bit_exact(hf_dirs, tmp_path):
+  _, path = hf_dirs("qwen2")
   cfg, model = load_hf_dir(path, dtype="bfloat16")
   assert cfg.param_dtype == "bfloat16"
   assert model.layers[0].attn.q.kernel[...].dtype == jnp.bfloat16
+  export_hf_dir(nnx.state(model, nnx.Param), cfg, str(tmp_path))
+  stored = load_file(os.path.join(tmp_path, "model.safetensors"))
+  assert stored["model.layers.0.self_attn.q_proj.bias"].dtype.name == "bfloat16"
+  _, again = load_hf_dir(str(tmp_path))
+  np.testing.assert_array_equal(np.asarray(again.layers[1].mlp.down.kernel[...]),
+                                np.asarray(model.layers[1].mlp.down.kernel[...]))
 
 
 # --- bad input ------------------------------------------------------------------------------------
