@@ -142,6 +142,13 @@ def _arguments(arguments: Any, c: _Counter) -> str:
     return c.clean(repr(arguments))
 
 
+def _query_text(query: Any, c: _Counter) -> str:
+  """The query as text; a list of chat messages gives its last message's content (ARENARL §7)."""
+  if isinstance(query, (list, tuple)) and query and isinstance(query[-1], dict):
+    query = query[-1].get("content", "")
+  return c.clean(query).strip()
+
+
 def _section(tag: str, body: str) -> str:
   return f"<{tag}>\n{neutralize(body)}\n</{tag}>"
 
@@ -151,7 +158,7 @@ def render_pairwise(rubric: rubric_lib.Rubric, query: Any, a: Trajectory, b: Tra
   """Messages for one direction of a match: ``a`` is shown as Agent_A, ``b`` as Agent_B."""
   c = _Counter()
   body = "\n\n".join([
-      _section("query", c.cut(c.clean(query).strip(), limits.max_query_chars)),
+      _section("query", c.cut(_query_text(query, c), limits.max_query_chars)),
       _section("agent_a_path", render_path(a, limits, c)),
       _section("agent_a_answer", render_answer(a, limits, c)),
       _section("agent_b_path", render_path(b, limits, c)),
@@ -168,7 +175,7 @@ def render_pointwise(rubric: rubric_lib.Rubric, query: Any, traj: Trajectory,
   """Messages asking for one trajectory's 0-10 score on the same rubric (GRPO/GSPO baselines)."""
   c = _Counter()
   body = "\n\n".join([
-      _section("query", c.cut(c.clean(query).strip(), limits.max_query_chars)),
+      _section("query", c.cut(_query_text(query, c), limits.max_query_chars)),
       _section("agent_path", render_path(traj, limits, c)),
       _section("agent_answer", render_answer(traj, limits, c)),
   ])

@@ -159,6 +159,12 @@ def test_empty_and_odd_trajectories():
   assert "Tool call 1: t {'self': {...}}" in user and "Tool result 2: extra" in user
 
 
+def test_query_as_chat_messages_uses_the_last_content():
+  query = [{"role": "system", "content": "be brief"}, {"role": "user", "content": "Trip to Nice?"}]
+  user = render.render_pointwise(rubric_lib.TRAVEL, query, _traj()).messages[1]["content"]
+  assert user.startswith("<query>\nTrip to Nice?\n</query>")
+
+
 def test_limits_validation():
   with pytest.raises(ValueError, match="max_answer_chars"):
     render.RenderLimits(max_answer_chars=0)
