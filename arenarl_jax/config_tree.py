@@ -5,9 +5,12 @@ typo in ``--config.a.b=v`` (or in a config file) fails loudly once the tree is l
 """
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 import ml_collections
+
+from arenarl_jax.judges import flax_judge, http, render, rubric_judge
 
 # Method presets: orthogonal keys set together (ARCHITECTURE.md "Contracts between stages").
 PRESETS: dict[str, dict[str, Any]] = {
@@ -23,6 +26,11 @@ PRESETS: dict[str, dict[str, Any]] = {
         "loss.kl_coef": 0.02, "loss.clip_low": 3e-4, "loss.clip_high": 4e-4,
         "loss.aggregation": "seq_mean_token_mean"},
 }
+
+
+def _defaults(settings_cls) -> dict[str, Any]:
+  """Field -> default of a frozen settings dataclass."""
+  return {f.name: getattr(settings_cls(), f.name) for f in dataclasses.fields(settings_cls)}
 
 
 def make_base_config() -> ml_collections.ConfigDict:
@@ -46,15 +54,17 @@ def make_base_config() -> ml_collections.ConfigDict:
       topology="single_elimination",  # anchor|round_robin|swiss|double_elimination|single_elimination
       failure_threshold=0.25,  # share of failed matches in one step that stops the run
   )
+  # judge.<backend> sections mirror the backends' own frozen settings classes, field for field,
+  # so a config can set everything a backend takes and nothing it does not.
   c.judge = dict(
-      backend="rubric",  # http | flax | rubric
-      rubric="travel",  # travel | research | path to a rubric JSON file
-      model="",  # http: the served model name
-      base_url="",  # http: OpenAI-compatible endpoint, e.g. http://127.0.0.1:8000/v1
-      api_key_env="ARENARL_JUDGE_API_KEY",  # the key is read from this variable, never from config
-      concurrency=16, timeout_s=60.0, max_retries=4, max_tokens=512,
-      cache_dir="",  # on-disk reply cache; "" = off
-      truncate_chars=2000,  # per reasoning / tool-call / tool-result section shown to the judge
+      backend="rubric",  # http | flax | rubric (see arenarl_jax/judges/__init__.py)
+      rubric="travel",  # travel | deep_research | path to a rubric JSON file
+      compact=False,  # verdict = dimension scores only (small judges); full = overall + winner too
+      seed=0,
+      render=_defaults(render.RenderLimits),
+      http=_defaults(http.HttpJudgeConfig),  # API key: judge.http.api_key_env names the variable
+      flax=_defaults(flax_judge.FlaxJudgeConfig),
+      noise=_defaults(rubric_judge.NoiseModel),
   )
   c.advantage = dict(source="arena")  # arena | pointwise
   c.loss = dict(

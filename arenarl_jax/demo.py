@@ -116,8 +116,9 @@ def run(config, workdir: str) -> dict:
 
   groups = [[Trajectory(query=q, steps=tuple(steps[b * g + i])) for i in range(g)]
             for b, q in enumerate(queries)]
-  judge = make_judge({"backend": "rubric", "rubric": "travel", "seed": config.seed},
-                     checker=demo_checker)
+  # The rubric backend needs ground truth: here the toy checker; http/flax judges need none.
+  extra = {"checker": demo_checker} if config.judge.backend == "rubric" else {}
+  judge = make_judge(config.judge, **extra)
   t2 = time.perf_counter()
   results = tournament.rank(groups, judge, config.tournament.topology, config.seed,
                             failure_threshold=config.tournament.failure_threshold)
