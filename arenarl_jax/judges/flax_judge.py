@@ -134,7 +134,7 @@ class FlaxJudge:
         raise ValueError(f"matches[{k}] (group {m.group}, {m.i} vs {m.j}) has no trajectories")
       query = m.query or m.p.query
       for a, b in ((m.p, m.q), (m.q, m.p)):
-        rows.append(self._row("pairwise", lambda lim, a=a, b=b, query=query:
+        rows.append(self.prompt_row("pairwise", lambda lim, a=a, b=b, query=query:
                               render.render_pairwise(self.rubric, query, a, b, lim, self.compact)))
     agents = self._evaluate("pairwise", rows)
     results = []
@@ -153,7 +153,7 @@ class FlaxJudge:
 
   def score(self, trajectories: Sequence[Trajectory]) -> verdict_lib.PointwiseScores:
     """Pointwise 0-10 scores (the same rubric, one trajectory per prompt)."""
-    rows = [self._row("pointwise", lambda lim, t=t:
+    rows = [self.prompt_row("pointwise", lambda lim, t=t:
                       render.render_pointwise(self.rubric, t.query, t, lim, self.compact))
             for t in trajectories]
     agents = self._evaluate("pointwise", rows)
@@ -176,7 +176,7 @@ class FlaxJudge:
     system = render.system_prompt(self.rubric, verdict_mode, self.compact)
     return chat_format.render_turn("system", system) + chat_format.IM_START + "user\n"
 
-  def _row(self, verdict_mode: str, render_fn: Callable[[render.RenderLimits], render.Prompt]
+  def prompt_row(self, verdict_mode: str, render_fn: Callable[[render.RenderLimits], render.Prompt]
            ) -> _Row:
     """The tokens after the shared prefix, re-rendered with smaller limits until they fit."""
     budget, limits = self.config.max_user_tokens, self.limits

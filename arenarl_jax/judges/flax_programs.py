@@ -162,11 +162,13 @@ def score_log_probs(first_NBV, after_one_NBV, digits, ten: int):
   ``first_NBV``: log-probs after each branch; ``after_one_NBV``: log-probs after its "1" (None when
   "10" is a single token ``ten``).
   """
-  digits_10 = jnp.asarray(digits, jnp.int32)
+  digits_10 = jnp.asarray(tuple(digits), jnp.int32)
+  first_NBV = jnp.asarray(first_NBV)
   lp_NB10 = first_NBV[..., digits_10]
   if after_one_NBV is None:
     lp_ten_NB = first_NBV[..., ten]
   else:
+    after_one_NBV = jnp.asarray(after_one_NBV)
     lq_NB10 = after_one_NBV[..., digits_10]
     is_digit_V = jnp.zeros(after_one_NBV.shape[-1], bool).at[digits_10].set(True)
     # log P(no digit | "1") as a logsumexp over the other tokens: exact even when it is tiny.
