@@ -14,14 +14,22 @@ from arenarl_jax.models.rope import apply_rope
 _MASKED = -1e30
 
 
-def attend(q_NTKRF, k_NKSF, v_NKSF, visible_NTS):
-  """Softmax attention in float32; R = query heads per KV head (GQA without repeating K/V)."""
-  scale = q_NTKRF.shape[-1] ** -0.5
-  scores_NKRTS = jnp.einsum("ntkrf,nksf->nkrts", q_NTKRF, k_NKSF,
-                            preferred_element_type=jnp.float32) * scale
-  scores_NKRTS = jnp.where(visible_NTS[:, None, None], scores_NKRTS, _MASKED)
-  probs_NKRTS = jax.nn.softmax(scores_NKRTS, axis=-1).astype(v_NKSF.dtype)
-  return jnp.einsum("nkrts,nksf->ntkrf", probs_NKRTS, v_NKSF)
+def attend(q_NTKRF, k_NKFS, v_NKSF, visible_NTS):
+  """Softmax attention in float32; R = query heads per KV head (GQA without repeating K/V).
+
+  The T*R queries of each (row, KV head) form one matrix, so both products are batched matmuls
+  over (N, K) against the cache layout as stored (keys [F, S], values [S, F]).
+  """
+  n, t, kv, r, f = q_NTKRF.shape
+  q_NKQF = (q_NTKRF * f ** -0.5).transpose(0, 2, 1, 3, 4).reshape(n, kv, t * r, f)
+  batch = ((0, 1), (0, 1))
+  scores_NKQS = jax.lax.dot_general(q_NKQF, k_NKFS, (((3,), (2,)), batch),
+                                    preferred_element_type=jnp.float32)
+  visible_NQS = jnp.repeat(visible_NTS, r, axis=1) if r > 1 else visible_NTS
+  scores_NKQS = jnp.where(visible_NQS[:, None], scores_NKQS, _MASKED)
+  probs_NKQS = jax.nn.softmax(scores_NKQS, axis=-1).astype(v_NKSF.dtype)
+  out_NKQF = jax.lax.dot_general(probs_NKQS, v_NKSF, (((3,), (2,)), batch))
+  return out_NKQF.reshape(n, kv, t, r, f).transpose(0, 2, 1, 3, 4)
 
 
 class Attention(nnx.Module):
@@ -41,7 +49,7 @@ class Attention(nnx.Module):
       self.q_norm = self.k_norm = None
 
   def __call__(self, x_NTD, cos_NTF, sin_NTF, positions_NT, *, mask_NT=None, cache_kv=None):
-    """Returns (out_NTD, (k_NKSF, v_NKSF) or None)."""
+    """Returns (out_NTD, (k_NKFS, v_NKSF) or None)."""
     cfg = self.cfg
     n, t, _ = x_NTD.shape
     heads, kv, hd = cfg.n_heads, cfg.n_kv_heads, cfg.head_dim
@@ -59,15 +67,15 @@ class Attention(nnx.Module):
       visible_NTS = jnp.tril(jnp.ones((t, t), bool))[None]
       if mask_NT is not None:
         visible_NTS = visible_NTS & mask_NT[:, None, :].astype(bool)
-      k_NKSF, v_NKSF = k_NTKF.transpose(0, 2, 1, 3), v_NTKF.transpose(0, 2, 1, 3)
+      k_NKFS, v_NKSF = k_NTKF.transpose(0, 2, 3, 1), v_NTKF.transpose(0, 2, 1, 3)
       new_cache = None
     else:
-      k_NKSF = kv_cache.write(cache_kv[0], k_NTKF, positions_NT)
-      v_NKSF = kv_cache.write(cache_kv[1], v_NTKF, positions_NT)
-      slots_S = jnp.arange(k_NKSF.shape[2])
+      k_NKFS = kv_cache.write_keys(cache_kv[0], k_NTKF, positions_NT)
+      v_NKSF = kv_cache.write_values(cache_kv[1], v_NTKF, positions_NT)
+      slots_S = jnp.arange(v_NKSF.shape[2])
       # Right-padding tokens of a chunk sit at later positions than the row's real tokens, so what
       # they write is invisible to them; mask_NT is not needed here.
       visible_NTS = slots_S[None, None, :] <= positions_NT[:, :, None]
-      new_cache = (k_NKSF, v_NKSF)
-    out_NTKRF = attend(q_NTKRF, k_NKSF, v_NKSF, visible_NTS)
+      new_cache = (k_NKFS, v_NKSF)
+    out_NTKRF = attend(q_NTKRF, k_NKFS, v_NKSF, visible_NTS)
     return self.o(out_NTKRF.reshape(n, t, heads * hd)), new_cache

@@ -1,7 +1,10 @@
 """The KV cache: per-layer key/value buffers indexed by absolute position.
 
 Contract (used by the sampler, the local judge and the model):
-- one [N, K, S, F] key and one value buffer per layer; rows on axis 0 (sharded over 'data');
+- per layer one key buffer [N, K, F, S] (transposed: slots on the minor axis) and one value buffer
+  [N, K, S, F]; rows on axis 0 (sharded over 'data'). With this layout both attention products
+  are plain batched matmuls over (N, K) that XLA runs without relayout copies (on CPU a [N, K, S, F]
+  key buffer made decode attention ~2x slower);
 - the token at absolute position p of row n lives in slot p of row n (no ring buffer, no paging), so
   rows can sit at different offsets and a chunk is written at each row's own offset;
 - a query at position p sees exactly the slots s <= p of its row. Slots past a row's end may hold
@@ -20,23 +23,24 @@ from arenarl_jax.models.config import ModelConfig
 
 @flax.struct.dataclass
 class KVCache:
-  k: tuple[jax.Array, ...]  # per layer [N, K, S, F]
-  v: tuple[jax.Array, ...]
+  k: tuple[jax.Array, ...]  # per layer [N, K, F, S]
+  v: tuple[jax.Array, ...]  # per layer [N, K, S, F]
 
   @classmethod
   def init(cls, cfg: ModelConfig, n_rows: int, n_slots: int, dtype=None) -> "KVCache":
-    shape = (n_rows, cfg.n_kv_heads, n_slots, cfg.head_dim)
     dtype = dtype or cfg.dtype
-    zeros = lambda: tuple(jnp.zeros(shape, dtype) for _ in range(cfg.n_layers))
-    return cls(k=zeros(), v=zeros())
+    k_shape = (n_rows, cfg.n_kv_heads, cfg.head_dim, n_slots)
+    v_shape = (n_rows, cfg.n_kv_heads, n_slots, cfg.head_dim)
+    return cls(k=tuple(jnp.zeros(k_shape, dtype) for _ in range(cfg.n_layers)),
+               v=tuple(jnp.zeros(v_shape, dtype) for _ in range(cfg.n_layers)))
 
   @property
   def n_rows(self) -> int:
-    return self.k[0].shape[0]
+    return self.v[0].shape[0]
 
   @property
   def n_slots(self) -> int:
-    return self.k[0].shape[2]
+    return self.v[0].shape[2]
 
   def take_rows(self, rows_N: jax.Array) -> "KVCache":
     """A cache whose row n is this cache's row rows_N[n] (prefix sharing: prompt -> its G rows)."""
@@ -44,9 +48,20 @@ class KVCache:
     return KVCache(k=tuple(map(take, self.k)), v=tuple(map(take, self.v)))
 
 
-def write(buf_NKSF: jax.Array, new_NTKF: jax.Array, positions_NT: jax.Array) -> jax.Array:
-  """Scatters a chunk into slots = positions, row by row; out-of-range slots are dropped."""
+def _rows(positions_NT):
   n, t = positions_NT.shape
-  rows_NT = jnp.broadcast_to(jnp.arange(n)[:, None], (n, t))
+  return jnp.broadcast_to(jnp.arange(n)[:, None], (n, t))
+
+
+def write_keys(buf_NKFS: jax.Array, new_NTKF: jax.Array, positions_NT: jax.Array) -> jax.Array:
+  """Scatters a chunk of keys into slots = positions, row by row; out-of-range slots are dropped."""
+  # Advanced indices on axes 0 and 3 around slices: the indexed view has shape [N, T, K, F].
+  return buf_NKFS.at[_rows(positions_NT), :, :, positions_NT].set(
+      new_NTKF.astype(buf_NKFS.dtype), mode="drop")
+
+
+def write_values(buf_NKSF: jax.Array, new_NTKF: jax.Array, positions_NT: jax.Array) -> jax.Array:
+  """Scatters a chunk of values into slots = positions, row by row; out-of-range slots dropped."""
   # Advanced indices on axes 0 and 2 around a slice: the indexed view has shape [N, T, K, F].
-  return buf_NKSF.at[rows_NT, :, positions_NT, :].set(new_NTKF.astype(buf_NKSF.dtype), mode="drop")
+  return buf_NKSF.at[_rows(positions_NT), :, positions_NT, :].set(
+      new_NTKF.astype(buf_NKSF.dtype), mode="drop")

@@ -1,0 +1,133 @@
+"""The group sampler: prefill each prompt once, decode G rows per prompt in one jitted loop, extend.
+
+    sampler = Sampler(model, cache_len=1024, mesh=mesh)
+    settings = SamplingSettings(temperature=1.0, eos_ids=(tok.eos_id,), max_new_tokens=256)
+    out, state = sampler.sample(prompts, group_size=8, settings=settings, key=key)
+    # host: parse tool calls, run tools, then per row: observation tokens (or [] to leave it as is)
+    state = sampler.extend(state, observation_tokens)
+    out, state = sampler.decode(state, settings, key2)
+
+Rows are N = B * G with row r belonging to prompt r // G; row 0 of each group is greedy when
+``settings.greedy_anchor``. Prompt and observation chunks are right-padded to a bucket length and
+the cache has a fixed length, so a whole multi-turn rollout compiles a few programs once.
+"""
+from __future__ import annotations
+
+from typing import Sequence
+
+import jax
+import numpy as np
+from flax import nnx
+from jax.sharding import Mesh
+
+from arenarl_jax.sampling import programs
+from arenarl_jax.sampling.buckets import bucket_length, pad_rows, power_of_two_buckets
+from arenarl_jax.sampling.programs import PAD, SampleOutput, SamplerState
+from arenarl_jax.sampling.settings import FINISH_REASONS, RowSettings, SamplingSettings
+
+__all__ = ["FINISH_REASONS", "PAD", "RowSettings", "SampleOutput", "Sampler", "SamplerState",
+           "SamplingSettings", "finish_reasons", "sample", "token_lists"]
+
+
+class Sampler:
+  """Holds the model (graphdef + params) and the static choices: cache length, buckets, mesh."""
+
+  def __init__(self, model: nnx.Module, *, cache_len: int, buckets: Sequence[int] | None = None,
+               mesh: Mesh | None = None):
+    self.graphdef, self.params = nnx.split(model)
+    self.cfg = model.cfg
+    self.cache_len = int(cache_len)
+    self.buckets = tuple(sorted(buckets)) if buckets else power_of_two_buckets(self.cache_len)
+    if self.buckets[-1] > self.cache_len:
+      raise ValueError(f"bucket {self.buckets[-1]} is longer than cache_len={self.cache_len}")
+    self.mesh = mesh
+
+  def set_params(self, params: nnx.State) -> None:
+    """New weights (e.g. after a train step); same structure, so nothing recompiles."""
+    self.params = params
+
+  def _check_tokens(self, rows: Sequence[Sequence[int]], what: str) -> None:
+    for i, row in enumerate(rows):
+      arr = np.asarray(row)
+      if arr.size and (arr.min() < 0 or arr.max() >= self.cfg.vocab_size):
+        raise ValueError(f"{what} row {i}: token ids must be in [0, {self.cfg.vocab_size}), "
+                         f"got min {arr.min()} max {arr.max()}")
+
+  def _check_rows(self, n: int) -> None:
+    if self.mesh is not None and n % self.mesh.shape["data"]:
+      raise ValueError(f"{n} rows do not split over the mesh's data axis of size "
+                       f"{self.mesh.shape['data']}")
+
+  def prefill(self, prompts: Sequence[Sequence[int]], group_size: int = 1) -> SamplerState:
+    """Caches B prompts once each and fans them out to N = B * group_size rows."""
+    if not prompts or any(len(p) == 0 for p in prompts):
+      raise ValueError("prefill: every prompt needs at least one token")
+    if group_size < 1:
+      raise ValueError(f"prefill: group_size must be >= 1, got {group_size}")
+    self._check_tokens(prompts, "prompt")
+    self._check_rows(len(prompts) * group_size)
+    longest = max(len(p) for p in prompts)
+    if longest >= self.cache_len:
+      raise ValueError(f"prefill: a {longest}-token prompt leaves no room in cache_len="
+                       f"{self.cache_len}")
+    tokens_BT, counts_B = pad_rows(prompts, bucket_length(longest, self.buckets, what="prompt"))
+    return programs.prefill(self.graphdef, self.params, tokens_BT, counts_B,
+                            group_size=group_size, n_slots=self.cache_len, mesh=self.mesh)
+
+  def extend(self, state: SamplerState, new_tokens: Sequence[Sequence[int]]) -> SamplerState:
+    """Appends new_tokens[n] (any length, may be empty) to row n's cache; donates ``state``."""
+    n = state.lengths_N.shape[0]
+    if len(new_tokens) != n:
+      raise ValueError(f"extend: got token lists for {len(new_tokens)} rows, state has {n}")
+    self._check_tokens(new_tokens, "extend")
+    counts = np.asarray([len(t) for t in new_tokens])
+    if not counts.any():
+      return state
+    lengths = np.asarray(jax.device_get(state.lengths_N))
+    over = np.nonzero(lengths + counts > self.cache_len)[0]
+    if over.size:
+      r = int(over[0])
+      raise ValueError(f"extend: row {r} holds {lengths[r]} tokens; {counts[r]} more exceed "
+                       f"cache_len={self.cache_len}")
+    tokens_NT, counts_N = pad_rows(new_tokens, bucket_length(int(counts.max()), self.buckets))
+    return programs.extend(self.graphdef, self.params, state, tokens_NT, counts_N, mesh=self.mesh)
+
+  def decode(self, state: SamplerState, settings: SamplingSettings, key: jax.Array,
+             rows: RowSettings | None = None) -> tuple[SampleOutput, SamplerState]:
+    """Samples one turn for every row not done; donates ``state``."""
+    n = state.lengths_N.shape[0]
+    rows = settings.rows(n, state.group_size) if rows is None else rows
+    state, out = programs.decode(
+        self.graphdef, self.params, state, rows, key, eos_ids=settings.eos_ids,
+        stop_sequences=settings.stop_sequences, max_new_tokens=settings.max_new_tokens,
+        mesh=self.mesh)
+    return out, state
+
+  def sample(self, prompts: Sequence[Sequence[int]], *, group_size: int,
+             settings: SamplingSettings, key: jax.Array,
+             rows: RowSettings | None = None) -> tuple[SampleOutput, SamplerState]:
+    """prefill + decode: G samples for each of B prompts (N = B * G rows)."""
+    return self.decode(self.prefill(prompts, group_size), settings, key, rows)
+
+
+def sample(model: nnx.Module, prompts: Sequence[Sequence[int]], *, group_size: int,
+           settings: SamplingSettings, key: jax.Array, cache_len: int | None = None,
+           mesh: Mesh | None = None) -> SampleOutput:
+  """One-shot sampling; for rollouts keep a Sampler (and its state) instead."""
+  if cache_len is None:
+    longest = max(len(p) for p in prompts)
+    cache_len = bucket_length(longest, power_of_two_buckets(1 << 30)) + settings.max_new_tokens
+  out, _ = Sampler(model, cache_len=cache_len, mesh=mesh).sample(
+      prompts, group_size=group_size, settings=settings, key=key)
+  return out
+
+
+def token_lists(out: SampleOutput) -> list[list[int]]:
+  """Each row's generated tokens as a host list (the padding dropped)."""
+  tokens, lengths = jax.device_get((out.tokens_NT, out.lengths_N))
+  return [tokens[i, : lengths[i]].tolist() for i in range(len(lengths))]
+
+
+def finish_reasons(out: SampleOutput) -> list[str]:
+  """Per row: "eos", "stop", "length", or "none" (the row was done before this turn)."""
+  return [FINISH_REASONS[int(f)] for f in jax.device_get(out.finish_N)]

@@ -1,0 +1,1 @@
+"""Internals of the group sampler; the public API is arenarl_jax.sampler."""

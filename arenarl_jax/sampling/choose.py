@@ -1,0 +1,79 @@
+"""Choosing the next token from logits: greedy, temperature, top-k, top-p, and its log-prob.
+
+The returned log-prob is log softmax(logits / T)[token] with T the row's temperature (T = 1 for
+greedy rows): the temperature-scaled policy's log-prob, *not* renormalised by top-k/top-p, so it
+equals a teacher-forced ``token_logprobs(..., temperature=T)`` over the same tokens.
+"""
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+
+from arenarl_jax.sampling.settings import RowSettings
+
+_BLOCK = 256  # inverse-CDF search: first over V/256 block sums, then inside one block
+
+
+def _last_positive(w_NK):
+  """Index of the last entry > 0 per row (0 when none)."""
+  k = w_NK.shape[-1]
+  return k - 1 - jnp.argmax(jnp.flip(w_NK > 0, axis=-1), axis=-1)
+
+
+def inverse_cdf(w_NV, u_N):
+  """Index i drawn with probability w_i / sum(w) from one uniform u in [0, 1) per row.
+
+  Two-level search (block sums, then one block's cumsum) so no full-vocabulary cumsum or sort is
+  needed; indices with zero weight are never returned (rounding is clamped onto positive weight).
+  """
+  n, v = w_NV.shape
+  nb = -(-v // _BLOCK)
+  w_NbK = jnp.pad(w_NV, ((0, 0), (0, nb * _BLOCK - v))).reshape(n, nb, _BLOCK)
+  bsum_Nb = w_NbK.sum(axis=-1)
+  cum_Nb = jnp.cumsum(bsum_Nb, axis=-1)
+  target_N = u_N * cum_Nb[:, -1]
+  b_N = jnp.minimum(jnp.sum(cum_Nb <= target_N[:, None], axis=-1), _last_positive(bsum_Nb))
+  b_N1 = b_N[:, None]
+  below_N = jnp.take_along_axis(cum_Nb, b_N1, axis=-1)[:, 0] - jnp.take_along_axis(
+      bsum_Nb, b_N1, axis=-1)[:, 0]
+  frac_N = jnp.clip((target_N - below_N) / jnp.take_along_axis(bsum_Nb, b_N1, axis=-1)[:, 0], 0, 1)
+  inner_NK = jnp.take_along_axis(w_NbK, b_N[:, None, None], axis=1)[:, 0]
+  icum_NK = jnp.cumsum(inner_NK, axis=-1)
+  j_N = jnp.sum(icum_NK <= (frac_N * icum_NK[:, -1])[:, None], axis=-1)
+  return b_N * _BLOCK + jnp.minimum(j_N, _last_positive(inner_NK))
+
+
+def truncate(w_NV, top_k_N, top_p_N):
+  """Zeroes weights outside the top-k, then outside the top-p nucleus of what is left.
+
+  Both cut at a per-row threshold weight, so tokens tied with the last kept one are kept too
+  (top-k as in transformers); top-p keeps the smallest prefix whose mass reaches top_p of the
+  top-k mass. Rows with top_k 0 and top_p 1 are unchanged. Sorts V per row: only run when asked.
+  """
+  v = w_NV.shape[-1]
+  sorted_NV = -jnp.sort(-w_NV, axis=-1)
+  rank_V = jnp.arange(v)
+  in_k_NV = rank_V[None, :] < jnp.where(top_k_N > 0, top_k_N, v)[:, None]
+  sorted_NV = jnp.where(in_k_NV, sorted_NV, 0.0)
+  before_NV = jnp.cumsum(sorted_NV, axis=-1) - sorted_NV
+  keep_NV = in_k_NV & (before_NV < top_p_N[:, None] * sorted_NV.sum(-1, keepdims=True))
+  threshold_N = jnp.min(jnp.where(keep_NV, sorted_NV, jnp.inf), axis=-1)
+  return jnp.where(w_NV >= threshold_N[:, None], w_NV, 0.0)
+
+
+def choose_tokens(logits_NV, rows: RowSettings, key):
+  """(tokens_N int32, logp_N float32) for one step; greedy rows take the argmax."""
+  logits_NV = logits_NV.astype(jnp.float32)
+  greedy_N = rows.temperature_N <= 0
+  inv_t_N = jnp.where(greedy_N, 1.0, 1.0 / jnp.where(greedy_N, 1.0, rows.temperature_N))
+  z_NV = logits_NV * inv_t_N[:, None]
+  m_N = jnp.max(z_NV, axis=-1)
+  w_NV = jnp.exp(z_NV - m_N[:, None])
+  log_total_N = jnp.log(jnp.sum(w_NV, axis=-1))
+  needs_cut = jnp.any(~greedy_N & ((rows.top_k_N > 0) | (rows.top_p_N < 1)))
+  w_cut_NV = jax.lax.cond(needs_cut, truncate, lambda w, k, p: w, w_NV, rows.top_k_N, rows.top_p_N)
+  u_N = jax.random.uniform(key, greedy_N.shape, jnp.float32)
+  drawn_N = inverse_cdf(w_cut_NV, u_N)
+  tokens_N = jnp.where(greedy_N, jnp.argmax(logits_NV, axis=-1), drawn_N).astype(jnp.int32)
+  z_tok_N = jnp.take_along_axis(z_NV, tokens_N[:, None], axis=-1)[:, 0]
+  return tokens_N, z_tok_N - m_N - log_total_N
