@@ -1,12 +1,17 @@
 """Judge throughput in matches/s: local Flax judge (logit mode) vs the HTTP judge on llama.cpp.
 
-  .venv/bin/python benchmarks/judge.py                     # both parts (Flax: nan until it lands)
+  .venv/bin/python benchmarks/judge.py                     # both parts
   .venv/bin/python benchmarks/judge.py --http_matches 8 --n_threads 2
+  .venv/bin/python benchmarks/judge.py --http_matches 0 --flax_matches 16   # Flax only
 
 HTTP part: llama.cpp's server (llama-cpp-python) with the SmolLM2-135M GGUF, started here on
 127.0.0.1; ~300-token trajectories; the travel rubric with the compact, JSON-schema-constrained
 verdict; one match = two requests, all in flight together (the server answers one at a time).
-One warm-up match is excluded from the timing. Ends with one line:
+One warm-up match is excluded from the timing.
+
+Flax part: ``FlaxJudge`` in logit mode on SmolLM2 (float32, in this process) judging the same kind
+of matches in one batched call: the rubric prefix prefilled once, rows in chunks of
+``--flax_max_rows``, no generation; a warm-up call compiles the programs first. Ends with one line:
 ``RESULT flax_matches_s=... http_matches_s=...``. Timings on a shared machine are noisy.
 """
 from __future__ import annotations
@@ -77,33 +82,72 @@ def bench_http(n_matches: int, n_threads: int, max_tokens: int) -> tuple[float, 
   return n_matches / wall, metrics
 
 
-def bench_flax(n_matches: int) -> float:
-  """FLAX HOOK: matches/s of the local Flax judge in logit mode on SmolLM2 (added by the lead).
+def bench_flax(n_matches: int, max_rows: int) -> tuple[float, dict]:
+  """Matches/s of the local Flax judge (logit mode, SmolLM2 f32) and its metrics.
 
-  Build it on ``make_matches(n_matches)``, with the same rubric ("travel") and the compact
-  verdict skeleton (``verdict.verdict_skeleton``); time one batched ``judge(matches)`` after a
-  warm-up call (compilation excluded) and return ``n_matches / wall_seconds``.
+  The warm-up judges ``max_rows // 2`` other matches, which compiles the prefix and the
+  (max_rows, bucket) program the timed call uses; the timed call must compile nothing.
   """
-  del n_matches
-  return math.nan
+  from arenarl_jax.judges import flax_judge  # pylint: disable=g-import-not-at-top
+  judge = flax_judge.make_flax_judge({"rubric": "travel", "flax": {
+      "model": "smollm2", "max_rows": max_rows, "max_user_tokens": 2048}})
+  judge.judge(make_matches(max(1, max_rows // 2), seed=99))  # warm-up
+  judge.metrics.reset()
+  judge.counts.clear()
+  matches = make_matches(n_matches)
+  start = time.perf_counter()
+  results = judge.judge(matches)
+  wall = time.perf_counter() - start
+  metrics = judge.snapshot()
+  metrics["ok_matches"] = sum(r.ok for r in results)
+  metrics["prefix_tokens"] = len(judge.prefix_state("pairwise")[0])
+  metrics["tokens_s"] = metrics["tokens"] / wall
+  metrics["score_mass_p50"] = float(np.median([r.detail["score_mass"] for r in results if r.ok]))
+  margins = [abs(r.score_p - r.score_q) for r in results if r.ok]
+  metrics["margin_p50"] = float(np.median(margins))
+  return n_matches / wall, metrics
+
+
+def matmul_gflops(n: int = 1024, repeats: int = 3) -> float:
+  """This process's float32 matmul rate now (the machine's load shows in it)."""
+  import jax  # pylint: disable=g-import-not-at-top
+  a = jax.numpy.ones((n, n), jax.numpy.float32)
+  f = jax.jit(lambda x: x @ x)
+  f(a).block_until_ready()
+  best = math.inf
+  for _ in range(repeats):
+    start = time.perf_counter()
+    f(a).block_until_ready()
+    best = min(best, time.perf_counter() - start)
+  return 2 * n ** 3 / best / 1e9
 
 
 def main() -> None:
   parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-  parser.add_argument("--http_matches", type=int, default=8)
-  parser.add_argument("--flax_matches", type=int, default=64)
+  parser.add_argument("--http_matches", type=int, default=8, help="0 skips the HTTP part")
+  parser.add_argument("--flax_matches", type=int, default=64, help="0 skips the Flax part")
+  parser.add_argument("--flax_max_rows", type=int, default=4, help="rows per compiled call")
   parser.add_argument("--n_threads", type=int, default=2, help="llama.cpp threads")
   parser.add_argument("--max_tokens", type=int, default=192)
   args = parser.parse_args()
-  flax_rate = bench_flax(args.flax_matches)
-  print(f"flax: {args.flax_matches} matches: {flax_rate:.3f} matches/s")
-  http_rate, metrics = bench_http(args.http_matches, args.n_threads, args.max_tokens)
-  print(f"http: {args.http_matches} matches ({2 * args.http_matches} requests, llama.cpp "
-        f"n_threads={args.n_threads}): {http_rate:.3f} matches/s; ok={metrics['ok_matches']}, "
-        f"parse_failures={metrics['parse_failures']}, latency p50/p90/p99 = "
-        f"{metrics['latency_ms_p50']:.0f}/{metrics['latency_ms_p90']:.0f}/"
-        f"{metrics['latency_ms_p99']:.0f} ms")
-  if not math.isnan(flax_rate):
+  flax_rate = http_rate = math.nan
+  if args.flax_matches:
+    print(f"matmul 1024^3 float32 now: {matmul_gflops():.0f} GFLOP/s")
+    flax_rate, m = bench_flax(args.flax_matches, args.flax_max_rows)
+    print(f"flax: {args.flax_matches} matches ({m['rows']} prompts, {m['tokens']} prompt tokens "
+          f"after the shared {m['prefix_tokens']}-token prefix): {flax_rate:.4f} matches/s, "
+          f"{m['tokens_s']:.0f} tokens/s; ok={m['ok_matches']}, calls={m['calls']}, "
+          f"compiles while timed={m['compiles']}, call latency p50 = {m['latency_ms_p50']:.0f} "
+          f"ms, score mass p50 = {m['score_mass_p50']:.3f}, |score_p - score_q| p50 = "
+          f"{m['margin_p50']:.3f}")
+  if args.http_matches:
+    http_rate, metrics = bench_http(args.http_matches, args.n_threads, args.max_tokens)
+    print(f"http: {args.http_matches} matches ({2 * args.http_matches} requests, llama.cpp "
+          f"n_threads={args.n_threads}): {http_rate:.3f} matches/s; ok={metrics['ok_matches']}, "
+          f"parse_failures={metrics['parse_failures']}, latency p50/p90/p99 = "
+          f"{metrics['latency_ms_p50']:.0f}/{metrics['latency_ms_p90']:.0f}/"
+          f"{metrics['latency_ms_p99']:.0f} ms")
+  if not (math.isnan(flax_rate) or math.isnan(http_rate)):
     print(f"flax / http = {flax_rate / http_rate:.2f}x (target >= 5x)")
   print(f"RESULT flax_matches_s={flax_rate:.4g} http_matches_s={http_rate:.4g}")
 

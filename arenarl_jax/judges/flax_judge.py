@@ -57,7 +57,7 @@ class FlaxJudgeConfig:
 
   model: str = "smollm2"  # make_flax_judge loads it: "smollm2", a .gguf file or an HF directory
   mode: str = "logit"  # one of MODES
-  max_rows: int = 8  # prompts per compiled call (memory: rows x cache slots x layers)
+  max_rows: int = 4  # prompts per compiled call (memory: rows x cache slots x layers)
   max_user_tokens: int = 2048  # token budget of a prompt's match-specific part
   min_bucket: int = 64  # smallest padded length of that part (buckets double up to the budget)
   max_new_tokens: int = 256  # generative: verdict length bound
