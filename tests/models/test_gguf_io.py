@@ -5,7 +5,7 @@ import gguf
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from conftest import build_hf_model, jit_forward
+from hf_reference import build_hf_model, jit_forward
 from test_safetensors_io import hf_logits, padded_batch
 
 from arenarl_jax.models.gguf_io import load_gguf, unpermute_rows

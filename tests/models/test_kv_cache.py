@@ -4,7 +4,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 from flax import nnx
-from conftest import jit_forward
+from hf_reference import jit_forward
 
 from arenarl_jax.models.kv_cache import KVCache
 from arenarl_jax.models.logprobs import token_logprobs

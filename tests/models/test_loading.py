@@ -4,7 +4,7 @@ import os
 
 import numpy as np
 import pytest
-from conftest import build_hf_model
+from hf_reference import build_hf_model
 from flax import nnx
 from test_gguf_io import gguf_tensors, write_gguf
 

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 import torch
 from flax import nnx
-from conftest import VARIANTS
+from hf_reference import VARIANTS
 from safetensors.numpy import load_file, save_file
 
 from arenarl_jax.models import safetensors_io

@@ -1,4 +1,4 @@
-"""The embedded SmolLM2-135M-Instruct: our logits vs transformers' own GGUF loader; greedy answer."""
+"""The embedded SmolLM2-135M-Instruct: logits vs transformers' own GGUF loader; greedy answer."""
 import functools
 import os
 
