@@ -41,7 +41,7 @@ class Attention(nnx.Module):
     self.q = Linear(d, cfg.n_heads * hd, bias=cfg.qkv_bias, dtype=dt, rngs=rngs)
     self.k = Linear(d, cfg.n_kv_heads * hd, bias=cfg.qkv_bias, dtype=dt, rngs=rngs)
     self.v = Linear(d, cfg.n_kv_heads * hd, bias=cfg.qkv_bias, dtype=dt, rngs=rngs)
-    self.o = Linear(cfg.n_heads * hd, d, bias=False, dtype=dt, rngs=rngs)
+    self.o = Linear(cfg.n_heads * hd, d, bias=cfg.o_bias, dtype=dt, rngs=rngs)
     if cfg.qk_norm:
       self.q_norm = RMSNorm(hd, cfg.norm_eps, dt)
       self.k_norm = RMSNorm(hd, cfg.norm_eps, dt)

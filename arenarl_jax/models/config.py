@@ -27,6 +27,7 @@ class ModelConfig:
   norm_eps: float = 1e-6
   tie_embeddings: bool = False
   qkv_bias: bool = False  # Qwen2/2.5 (and Llama with attention_bias)
+  o_bias: bool = False  # Llama with attention_bias (Qwen2 has q/k/v biases only)
   qk_norm: bool = False  # Qwen3: RMSNorm over head_dim on q and k before RoPE
   max_seq_len: int = 8192
   param_dtype: str = "float32"  # float32 on CPU (bf16 is ~4x slower there), bfloat16 on TPU/GPU
@@ -51,6 +52,8 @@ class ModelConfig:
     attn = d * hd * (self.n_heads * 2 + self.n_kv_heads * 2)
     if self.qkv_bias:
       attn += hd * (self.n_heads + 2 * self.n_kv_heads)
+    if self.o_bias:
+      attn += d
     if self.qk_norm:
       attn += 2 * hd
     block = attn + 3 * d * f + 2 * d
@@ -80,8 +83,12 @@ def from_hf_config(hf: Mapping[str, Any], *, source: str = "config.json") -> Mod
     rope = {}
   elif rope_type not in ("linear", "llama3", "yarn"):
     raise ValueError(f"{source}: unsupported rope_type {rope_type!r} (default, linear, llama3, yarn)")
-  if rope_type == "yarn":
-    rope.setdefault("max_position_embeddings", hf.get("max_position_embeddings"))
+  if rope_type == "yarn" and rope.get("factor") is None:
+    # HF's rule when the factor is left out: the context extension ratio.
+    if not rope.get("original_max_position_embeddings") or not hf.get("max_position_embeddings"):
+      raise ValueError(f"{source}: yarn rope needs factor or both max_position_embeddings and "
+                       "original_max_position_embeddings")
+    rope["factor"] = hf["max_position_embeddings"] / rope["original_max_position_embeddings"]
   if hf.get("partial_rotary_factor", 1.0) != 1.0:
     raise ValueError(f"{source}: partial_rotary_factor != 1 is not supported")
   return ModelConfig(
@@ -98,6 +105,7 @@ def from_hf_config(hf: Mapping[str, Any], *, source: str = "config.json") -> Mod
       norm_eps=float(hf.get("rms_norm_eps", 1e-6)),
       tie_embeddings=bool(hf.get("tie_word_embeddings", False)),
       qkv_bias=family == "qwen2" or bool(hf.get("attention_bias", False)),
+      o_bias=family == "llama" and bool(hf.get("attention_bias", False)),
       qk_norm=family == "qwen3",
       max_seq_len=int(hf.get("max_position_embeddings", 8192)),
   )
@@ -108,7 +116,6 @@ def to_hf_config(cfg: ModelConfig) -> dict[str, Any]:
   rope = {"rope_type": "default", "rope_theta": cfg.rope_theta}
   if cfg.rope_scaling:
     rope = dict(cfg.rope_scaling, rope_theta=cfg.rope_theta)
-    rope.pop("max_position_embeddings", None)
   arch = {"llama": "LlamaForCausalLM", "qwen2": "Qwen2ForCausalLM", "qwen3": "Qwen3ForCausalLM"}
   out = {
       "architectures": [arch[cfg.family]],
@@ -128,6 +135,9 @@ def to_hf_config(cfg: ModelConfig) -> dict[str, Any]:
       "torch_dtype": cfg.param_dtype,
   }
   if cfg.family == "llama":
+    if cfg.qkv_bias != cfg.o_bias:
+      raise ValueError("llama's attention_bias sets q/k/v and o biases together; got "
+                       f"qkv_bias={cfg.qkv_bias}, o_bias={cfg.o_bias}")
     out["attention_bias"] = cfg.qkv_bias
     out["mlp_bias"] = False
   return out

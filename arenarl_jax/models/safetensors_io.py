@@ -37,6 +37,7 @@ _BLOCK_NAMES = {
     ("attn", "q", "bias"): "self_attn.q_proj.bias",
     ("attn", "k", "bias"): "self_attn.k_proj.bias",
     ("attn", "v", "bias"): "self_attn.v_proj.bias",
+    ("attn", "o", "bias"): "self_attn.o_proj.bias",
     ("attn", "q_norm", "scale"): "self_attn.q_norm.weight",
     ("attn", "k_norm", "scale"): "self_attn.k_norm.weight",
     ("mlp_norm", "scale"): "post_attention_layernorm.weight",

@@ -14,6 +14,9 @@ _BASE = dict(vocab_size=96, hidden_size=64, num_hidden_layers=2, num_attention_h
 VARIANTS = {
     "llama": ("llama", dict(tie_word_embeddings=True, rope_parameters={
         "rope_type": "default", "rope_theta": 10_000.0})),
+    "llama_attention_bias": ("llama", dict(tie_word_embeddings=True, attention_bias=True,
+                                           rope_parameters={"rope_type": "default",
+                                                            "rope_theta": 10_000.0})),
     "llama3_untied": ("llama", dict(tie_word_embeddings=False, head_dim=16, rope_parameters={
         "rope_type": "llama3", "rope_theta": 10_000.0, "factor": 8.0, "low_freq_factor": 1.0,
         "high_freq_factor": 4.0, "original_max_position_embeddings": 64})),
