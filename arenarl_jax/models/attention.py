@@ -27,8 +27,11 @@ def attend(q_NTKRF, k_NKFS, v_NKSF, visible_NTS):
                                     preferred_element_type=jnp.float32)
   visible_NQS = jnp.repeat(visible_NTS, r, axis=1) if r > 1 else visible_NTS
   scores_NKQS = jnp.where(visible_NQS[:, None], scores_NKQS, _MASKED)
-  probs_NKQS = jax.nn.softmax(scores_NKQS, axis=-1).astype(v_NKSF.dtype)
-  out_NKQF = jax.lax.dot_general(probs_NKQS, v_NKSF, (((3,), (2,)), batch))
+  # Normalise after the value product: F divisions per query instead of S.
+  weights_NKQS = jnp.exp(scores_NKQS - jnp.max(scores_NKQS, axis=-1, keepdims=True))
+  out_NKQF = jax.lax.dot_general(weights_NKQS.astype(v_NKSF.dtype), v_NKSF,
+                                 (((3,), (2,)), batch), preferred_element_type=jnp.float32)
+  out_NKQF = (out_NKQF / jnp.sum(weights_NKQS, axis=-1, keepdims=True)).astype(v_NKSF.dtype)
   return out_NKQF.reshape(n, kv, t, r, f).transpose(0, 2, 1, 3, 4)
 
 

@@ -94,6 +94,10 @@ def choose_tokens(logits_NV, rows: RowSettings, key):
   w_cut_NV = jax.lax.cond(needs_cut, truncate, lambda w, k, p: w, w_NV, rows.top_k_N, rows.top_p_N)
   u_N = jax.random.uniform(key, greedy_N.shape, jnp.float32)
   drawn_N = inverse_cdf(w_cut_NV, u_N)
-  tokens_N = jnp.where(greedy_N, jnp.argmax(logits_NV, axis=-1), drawn_N).astype(jnp.int32)
+  # Greedy rows have z = logits: their argmax is the first index holding the max (cheaper on CPU
+  # than jnp.argmax's variadic reduction).
+  iota_V = jnp.arange(z_NV.shape[-1], dtype=jnp.int32)
+  first_max_N = jnp.min(jnp.where(z_NV == m_N[:, None], iota_V, z_NV.shape[-1] - 1), axis=-1)
+  tokens_N = jnp.where(greedy_N, first_max_N, drawn_N).astype(jnp.int32)
   z_tok_N = jnp.take_along_axis(z_NV, tokens_N[:, None], axis=-1)[:, 0]
   return tokens_N, z_tok_N - m_N - log_total_N
