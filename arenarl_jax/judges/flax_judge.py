@@ -60,6 +60,7 @@ class FlaxJudgeConfig:
   max_rows: int = 4  # prompts per compiled call (memory: rows x cache slots x layers)
   max_user_tokens: int = 2048  # token budget of a prompt's match-specific part
   min_bucket: int = 64  # smallest padded length of that part (buckets double up to the budget)
+  block_tokens: int = 256  # logit mode: that part runs in blocks this long (less masked attention)
   max_new_tokens: int = 256  # generative: verdict length bound
   temperature: float = 0.0  # generative: 0 = greedy
   seed: int = 0  # generative sampling with temperature > 0
@@ -67,7 +68,7 @@ class FlaxJudgeConfig:
   def __post_init__(self):
     if self.mode not in MODES:
       raise ValueError(f"judge.flax.mode must be one of {MODES}, got {self.mode!r}")
-    for name in ("max_rows", "max_user_tokens", "min_bucket", "max_new_tokens"):
+    for name in ("max_rows", "max_user_tokens", "min_bucket", "block_tokens", "max_new_tokens"):
       value = getattr(self, name)
       if isinstance(value, bool) or not isinstance(value, int) or value < 1:
         raise ValueError(f"judge.flax.{name} must be an int >= 1, got {value!r}")
@@ -134,8 +135,8 @@ class FlaxJudge:
         raise ValueError(f"matches[{k}] (group {m.group}, {m.i} vs {m.j}) has no trajectories")
       query = m.query or m.p.query
       for a, b in ((m.p, m.q), (m.q, m.p)):
-        rows.append(self.prompt_row("pairwise", lambda lim, a=a, b=b, query=query:
-                              render.render_pairwise(self.rubric, query, a, b, lim, self.compact)))
+        rows.append(self.prompt_row("pairwise", lambda lim, a=a, b=b, query=query: (
+            render.render_pairwise(self.rubric, query, a, b, lim, self.compact))))
     agents = self._evaluate("pairwise", rows)
     results = []
     for k in range(len(matches)):
@@ -153,14 +154,19 @@ class FlaxJudge:
 
   def score(self, trajectories: Sequence[Trajectory]) -> verdict_lib.PointwiseScores:
     """Pointwise 0-10 scores (the same rubric, one trajectory per prompt)."""
-    rows = [self.prompt_row("pointwise", lambda lim, t=t:
-                      render.render_pointwise(self.rubric, t.query, t, lim, self.compact))
+    rows = [self.prompt_row("pointwise", lambda lim, t=t: (
+        render.render_pointwise(self.rubric, t.query, t, lim, self.compact)))
             for t in trajectories]
     agents = self._evaluate("pointwise", rows)
     scores = np.array([a[0][0] if a[0] is not None else np.nan for a in agents], np.float32)
     ok = np.array([a[0] is not None for a in agents], bool)
     self._account(len(agents), int((~ok).sum()), requests=len(agents))
     return verdict_lib.PointwiseScores(scores, ok, tuple(a[1] for a in agents))
+
+  def set_params(self, params: nnx.State) -> None:
+    """New weights of the same structure (e.g. a judge sharing the policy's model)."""
+    self.params = params
+    self._prefix.clear()  # the prefix caches were computed with the old weights
 
   def snapshot(self) -> dict[str, float]:
     """``metrics.snapshot()`` (latency = one compiled call) plus the flax counters: rows
@@ -176,8 +182,8 @@ class FlaxJudge:
     system = render.system_prompt(self.rubric, verdict_mode, self.compact)
     return chat_format.render_turn("system", system) + chat_format.IM_START + "user\n"
 
-  def prompt_row(self, verdict_mode: str, render_fn: Callable[[render.RenderLimits], render.Prompt]
-           ) -> _Row:
+  def prompt_row(self, verdict_mode: str,
+                 render_fn: Callable[[render.RenderLimits], render.Prompt]) -> _Row:
     """The tokens after the shared prefix, re-rendered with smaller limits until they fit."""
     budget, limits = self.config.max_user_tokens, self.limits
     prefix = self._prefix_text(verdict_mode)
@@ -225,7 +231,9 @@ class FlaxJudge:
     """Per row: (per-agent combined scores or None, error or None, detail dict)."""
     self.calls += 1
     unique = sorted({r.ids for r in rows if r.ids is not None}, key=lambda ids: (len(ids), ids))
-    if self.config.mode == "logit":
+    if not unique:
+      got = {}
+    elif self.config.mode == "logit":
       got = self._logit_rows(verdict_mode, unique)
     else:
       from arenarl_jax.judges import flax_generate  # pylint: disable=g-import-not-at-top
@@ -255,7 +263,8 @@ class FlaxJudge:
       before = sum(flax_programs.TRACES.values())
       start = time.perf_counter()
       probs, mass = jax.device_get(flax_programs.score_rows(
-          self.graphdef, self.params, prefix, tokens, lengths, layout=layout))
+          self.graphdef, self.params, prefix, tokens, lengths, layout=layout,
+          block=self.config.block_tokens))
       self.metrics.latency(time.perf_counter() - start)
       self.counts["calls"] += 1
       self.counts["compiles"] += sum(flax_programs.TRACES.values()) - before

@@ -2,9 +2,8 @@
 
 1. ``prefill_prefix``: the rubric's system prompt (identical for every request of a rubric/mode) is
    run ONCE into a one-row KV cache.
-2. ``score_rows``: that cache is padded to the program's static length and copied to all rows
-   (``take_rows``); each row is extended with its match-specific text (right-padded to a
-   power-of-two bucket); then every score is read from its own short *branch* (the JSON key path
+2. ``score_rows``: that cache is copied to all rows (``take_rows``); each row is extended with its
+   match-specific text (right-padded to a power-of-two bucket, run in blocks); then every score is read from its own short *branch* (the JSON key path
    of one agent, section and dimension) that sees the row's prompt but no other branch: one
    tree-attention pass over all branches, without copying the cache per branch. One compiled
    program per (rows, bucket).
@@ -180,20 +179,27 @@ def score_log_probs(first_NBV, after_one_NBV, digits, ten: int):
   return lp_NBS - total_NB[..., None], jnp.exp(total_NB)
 
 
-@functools.partial(jax.jit, static_argnames=("graphdef", "layout"))
-def score_rows(graphdef, params, prefix: KVCache, tokens_NT, lengths_N, *, layout: BranchLayout):
+@functools.partial(jax.jit, static_argnames=("graphdef", "layout", "block"))
+def score_rows(graphdef, params, prefix: KVCache, tokens_NT, lengths_N, *, layout: BranchLayout,
+               block: int):
   """Per row and branch: (score probabilities [N, B, 11], mass on score tokens [N, B]).
 
   Rows are the prefix (every row the same) followed by ``lengths_N`` real tokens of ``tokens_NT``
-  (right-padded); the cache holds prefix + T slots.
+  (right-padded). The text goes through the model in ``block``-token pieces, each with a cache
+  grown by that piece only, so its attention covers the slots filled so far instead of the
+  whole (mostly masked) cache: causal attention costs ~T·(prefix + T/2) scores, not T·(prefix + T).
   """
   n, t = tokens_NT.shape
   TRACES["score_rows", n, t] += 1
   model = nnx.merge(graphdef, params)
+  key_axis = key_slot_axis(model.cfg)
   ts = prefix.n_slots
-  cache = pad_slots(prefix, t, key_slot_axis(model.cfg)).take_rows(jnp.zeros((n,), jnp.int32))
-  positions_NT = ts + jnp.broadcast_to(jnp.arange(t, dtype=jnp.int32), (n, t))
-  _, cache = model.hidden(tokens_NT, positions_NT, cache=cache)
+  cache = prefix.take_rows(jnp.zeros((n,), jnp.int32))
+  for start in range(0, t, block):
+    size = min(block, t - start)
+    cache = pad_slots(cache, size, key_axis)
+    positions_NT = ts + start + jnp.broadcast_to(jnp.arange(size, dtype=jnp.int32), (n, size))
+    _, cache = model.hidden(tokens_NT[:, start:start + size], positions_NT, cache=cache)
   h_NQD = branch_hidden(model, cache, ts + lengths_N, layout)
   two_tokens = layout.after_one[0] >= 0
   reads = layout.first + (layout.after_one if two_tokens else ())

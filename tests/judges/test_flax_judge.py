@@ -190,7 +190,7 @@ def test_branch_reads_equal_each_branch_as_its_own_sequence(family):
     tokens[r, :len(ids)] = ids
   cache = flax_programs.prefill_prefix(graphdef, params, prefix[None])
   probs, mass = flax_programs.score_rows(graphdef, params, cache, tokens,
-                                         np.array([20, 33], np.int32), layout=layout)
+                                         np.array([20, 33], np.int32), layout=layout, block=24)
   # Reference: prefix + row + branch + "1" as ONE plain causal sequence per (row, branch), all
   # right-padded into one batch (causal: padding after a sequence cannot change it).
   seqs = [np.concatenate([prefix, ids, branch, [11]]) for ids in rows for branch in branches]
@@ -230,6 +230,19 @@ def test_batch_results_align_with_inputs(tiny_judge):
     assert (got.score_p, got.score_q) == pytest.approx((want.score_p, want.score_q), abs=1e-4)
   with pytest.raises(ValueError, match=r"matches\[0\].*no trajectories"):
     tiny_judge.judge([Match(0, 0, 1, "q", traj(1), None)])
+  assert tiny_judge.judge([]) == []
+
+
+def test_set_params_replaces_the_weights_and_the_prefix_cache(tok):
+  match = _match(traj(2), traj(7))
+  judge = flax_judge.FlaxJudge(make_model(TINY, seed=0), tok, SMALL)
+  (before,) = judge.judge([match])
+  other = make_model(TINY, seed=5)
+  judge.set_params(nnx.split(other)[1])
+  (after,) = judge.judge([match])
+  (fresh,) = flax_judge.FlaxJudge(other, tok, SMALL).judge([match])
+  assert after.score_p != pytest.approx(before.score_p, abs=1e-6)
+  assert (after.score_p, after.score_q) == pytest.approx((fresh.score_p, fresh.score_q), abs=1e-6)
 
 
 def test_one_compiled_program_per_shape_bucket(tok):
