@@ -91,7 +91,9 @@ def bench_flax(n_matches: int, max_rows: int) -> tuple[float, dict]:
   from arenarl_jax.judges import flax_judge  # pylint: disable=g-import-not-at-top
   judge = flax_judge.make_flax_judge({"rubric": "travel", "flax": {
       "model": "smollm2", "max_rows": max_rows, "max_user_tokens": 2048}})
+  start = time.perf_counter()
   judge.judge(make_matches(max(1, max_rows // 2), seed=99))  # warm-up
+  warmup_s = time.perf_counter() - start
   judge.metrics.reset()
   judge.counts.clear()
   matches = make_matches(n_matches)
@@ -101,6 +103,7 @@ def bench_flax(n_matches: int, max_rows: int) -> tuple[float, dict]:
   metrics = judge.snapshot()
   metrics["ok_matches"] = sum(r.ok for r in results)
   metrics["prefix_tokens"] = len(judge.prefix_state("pairwise")[0])
+  metrics["warmup_s"] = warmup_s
   metrics["tokens_s"] = metrics["tokens"] / wall
   metrics["score_mass_p50"] = float(np.median([r.detail["score_mass"] for r in results if r.ok]))
   margins = [abs(r.score_p - r.score_q) for r in results if r.ok]
@@ -139,7 +142,8 @@ def main() -> None:
           f"{m['tokens_s']:.0f} tokens/s; ok={m['ok_matches']}, calls={m['calls']}, "
           f"compiles while timed={m['compiles']}, call latency p50 = {m['latency_ms_p50']:.0f} "
           f"ms, score mass p50 = {m['score_mass_p50']:.3f}, |score_p - score_q| p50 = "
-          f"{m['margin_p50']:.3f}")
+          f"{m['margin_p50']:.3f}; warm-up (compiles + {args.flax_max_rows // 2} matches) "
+          f"{m['warmup_s']:.0f} s")
   if args.http_matches:
     http_rate, metrics = bench_http(args.http_matches, args.n_threads, args.max_tokens)
     print(f"http: {args.http_matches} matches ({2 * args.http_matches} requests, llama.cpp "
