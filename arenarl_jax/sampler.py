@@ -30,17 +30,37 @@ __all__ = ["FINISH_REASONS", "PAD", "RowSettings", "SampleOutput", "Sampler", "S
 
 
 class Sampler:
-  """Holds the model (graphdef + params) and the static choices: cache length, buckets, mesh."""
+  """Holds the model (graphdef + params) and the static choices: cache sizes, buckets, mesh.
+
+  ``cache_len`` is the most tokens a row can hold. With ``cache_sizes`` (e.g. (256, 512, 1024,
+  2048)) the cache starts at the smallest size that fits and grows to the next one between turns
+  when a row needs room: attention reads every slot of the cache, so early short turns stay
+  cheap; each size compiles its own programs once. Without it the cache is cache_len throughout.
+  """
 
   def __init__(self, model: nnx.Module, *, cache_len: int, buckets: Sequence[int] | None = None,
-               mesh: Mesh | None = None):
+               cache_sizes: Sequence[int] | None = None, mesh: Mesh | None = None):
     self.graphdef, self.params = nnx.split(model)
     self.cfg = model.cfg
     self.cache_len = int(cache_len)
     self.buckets = tuple(sorted(buckets)) if buckets else power_of_two_buckets(self.cache_len)
     if self.buckets[-1] > self.cache_len:
       raise ValueError(f"bucket {self.buckets[-1]} is longer than cache_len={self.cache_len}")
+    self.cache_sizes = tuple(sorted({int(s) for s in cache_sizes or ()} | {self.cache_len}))
+    if self.cache_sizes[-1] > self.cache_len or self.cache_sizes[0] < 1:
+      raise ValueError(f"cache_sizes {self.cache_sizes} must lie in [1, cache_len="
+                       f"{self.cache_len}]")
     self.mesh = mesh
+
+  def _cache_size(self, need: int) -> int:
+    """The smallest cache size holding ``need`` tokens (cache_len at most)."""
+    return bucket_length(min(need, self.cache_len), self.cache_sizes, what="cache need")
+
+  def _room(self, state: SamplerState, need: int) -> SamplerState:
+    size = self._cache_size(need)
+    if size <= state.cache.n_slots:
+      return state
+    return programs.resize(state, n_slots=size, mesh=self.mesh)
 
   def set_params(self, params: nnx.State) -> None:
     """New weights (e.g. after a train step); same structure, so nothing recompiles."""
@@ -58,8 +78,10 @@ class Sampler:
       raise ValueError(f"{n} rows do not split over the mesh's data axis of size "
                        f"{self.mesh.shape['data']}")
 
-  def prefill(self, prompts: Sequence[Sequence[int]], group_size: int = 1) -> SamplerState:
-    """Caches B prompts once each and fans them out to N = B * group_size rows."""
+  def prefill(self, prompts: Sequence[Sequence[int]], group_size: int = 1, *,
+              reserve: int = 0) -> SamplerState:
+    """Caches B prompts once each and fans them out to N = B * group_size rows, in a cache with
+    room for ``reserve`` more tokens per row (when cache_sizes allow a smaller one)."""
     if not prompts or any(len(p) == 0 for p in prompts):
       raise ValueError("prefill: every prompt needs at least one token")
     if group_size < 1:
@@ -72,7 +94,8 @@ class Sampler:
                        f"{self.cache_len}")
     tokens_BT, counts_B = pad_rows(prompts, bucket_length(longest, self.buckets, what="prompt"))
     return programs.prefill(self.graphdef, self.params, tokens_BT, counts_B,
-                            group_size=group_size, n_slots=self.cache_len, mesh=self.mesh)
+                            group_size=group_size, n_slots=self._cache_size(longest + reserve + 1),
+                            mesh=self.mesh)
 
   def extend(self, state: SamplerState, new_tokens: Sequence[Sequence[int]]) -> SamplerState:
     """Appends new_tokens[n] (any length, may be empty) to row n's cache; donates ``state``."""
@@ -90,6 +113,7 @@ class Sampler:
       raise ValueError(f"extend: row {r} holds {lengths[r]} tokens; {counts[r]} more exceed "
                        f"cache_len={self.cache_len}")
     tokens_NT, counts_N = pad_rows(new_tokens, bucket_length(int(counts.max()), self.buckets))
+    state = self._room(state, int((lengths + counts).max()))
     return programs.extend(self.graphdef, self.params, state, tokens_NT, counts_N, mesh=self.mesh)
 
   def decode(self, state: SamplerState, settings: SamplingSettings, key: jax.Array,
@@ -97,6 +121,10 @@ class Sampler:
     """Samples one turn for every row not done; donates ``state``."""
     n = state.lengths_N.shape[0]
     rows = settings.rows(n, state.group_size) if rows is None else rows
+    if len(self.cache_sizes) > 1:
+      lengths, done = jax.device_get((state.lengths_N, state.done_N))
+      if not done.all():
+        state = self._room(state, int(lengths[~done].max()) + settings.max_new_tokens)
     state, out = programs.decode(
         self.graphdef, self.params, state, rows, key, eos_ids=settings.eos_ids,
         stop_sequences=settings.stop_sequences, max_new_tokens=settings.max_new_tokens,
@@ -107,7 +135,8 @@ class Sampler:
              settings: SamplingSettings, key: jax.Array,
              rows: RowSettings | None = None) -> tuple[SampleOutput, SamplerState]:
     """prefill + decode: G samples for each of B prompts (N = B * G rows)."""
-    return self.decode(self.prefill(prompts, group_size), settings, key, rows)
+    state = self.prefill(prompts, group_size, reserve=settings.max_new_tokens)
+    return self.decode(state, settings, key, rows)
 
 
 def sample(model: nnx.Module, prompts: Sequence[Sequence[int]], *, group_size: int,

@@ -3,13 +3,15 @@
   .venv/bin/python benchmarks/sampler.py [--prompts 4] [--group 8] [--prompt-len 64] [--new 128]
 
 32 rows = 4 prompts x G = 8, 64-token prompts, 128 new tokens per row, EOS ignored. Ours: prefill +
-decode (row 0 of each group greedy, the rest temperature 1), wall time of the whole call, median
-of --repeats. transformers: `generate` on the same 32 rows (torch CPU, greedy, EOS ignored) with 1
-and 2 threads; the faster one counts. Ceiling: the decode step's matmuls alone (q/k/v/o,
-gate/up/down of every layer, then the tied head, chained, at 32 rows), timed in this process
-between our runs; ceiling tok/s = rows / matmul time. llama.cpp: single stream (one prompt, 128
-tokens) when `llama_cpp` imports. Peak RSS is read before torch is imported, so it is ours.
-Ends with one ``RESULT`` line.
+decode (row 0 of each group greedy, the rest temperature 1), wall time of the whole call.
+transformers: `generate` on the same 32 rows (torch CPU, greedy, EOS ignored) with 1 and 2 threads,
+each in its own worker process (so this process's peak RSS stays ours), and the faster counts; a
+run stops after --hf-max-time seconds (torch with 2 threads can collapse on a busy machine) and
+then counts the tokens it made. Ceiling: the decode step's matmuls alone (q/k/v/o, gate/up/down of
+every layer, then the tied head, chained, at 32 rows); ceiling tok/s = rows / matmul time. On a
+shared machine the load changes from minute to minute, so each repeat runs ours, the ceiling and
+both transformers workers back to back and the medians over repeats are compared. llama.cpp:
+single stream (one prompt, 128 tokens) when `llama_cpp` imports. Ends with one ``RESULT`` line.
 """
 from __future__ import annotations
 
@@ -17,11 +19,12 @@ import argparse
 import os
 import resource
 import statistics
+import subprocess
+import sys
 import time
 
 import jax
 import jax.numpy as jnp
-import numpy as np
 
 from arenarl_jax.models.embedded import find_smollm2_gguf
 from arenarl_jax.models.loading import load_model
@@ -66,7 +69,9 @@ def median_time(fn, repeats: int) -> float:
   return statistics.median(times)
 
 
-def transformers_fn(prompts, new: int, threads: int):
+def transformers_worker(threads: int, prompts_len: int, n_prompts: int, group: int) -> None:
+  """Worker process: loads transformers' SmolLM2 once, then per stdin line "NEW MAX_TIME" runs
+  `generate` on the rows and prints "generated_per_row wall_s cpu_s"."""
   import torch  # pylint: disable=import-outside-toplevel
   from transformers import AutoModelForCausalLM  # pylint: disable=import-outside-toplevel
 
@@ -76,30 +81,60 @@ def transformers_fn(prompts, new: int, threads: int):
                                                gguf_file=os.path.basename(path),
                                                dtype=torch.float32).eval()
   model.generation_config.eos_token_id = None  # EOS ignored, as in ours
-  ids = torch.tensor(prompts, dtype=torch.long)
-
-  def run(n_new=new):
+  rows = [p for p in make_prompts(n_prompts, prompts_len) for _ in range(group)]
+  ids = torch.tensor(rows, dtype=torch.long)
+  print("ready", flush=True)
+  for line in sys.stdin:
+    new, max_time = int(line.split()[0]), float(line.split()[1])
+    start, cpu = time.perf_counter(), time.process_time()
     with torch.inference_mode():
       out = model.generate(ids, attention_mask=torch.ones_like(ids), do_sample=False,
-                           max_new_tokens=n_new, pad_token_id=2)
-    assert out.shape[1] == ids.shape[1] + n_new, out.shape
-  return run
+                           max_new_tokens=new, pad_token_id=2, max_time=max_time)
+    print(out.shape[1] - ids.shape[1], time.perf_counter() - start, time.process_time() - cpu,
+          flush=True)
 
 
-def llama_cpp_tok_s(prompt, new: int, threads: int) -> float | None:
+class TransformersWorker:
+  """A transformers `generate` process with its own thread count, driven line by line."""
+
+  def __init__(self, threads: int, args):
+    self.threads = threads
+    self.proc = subprocess.Popen(
+        [sys.executable, __file__, "--transformers-worker", str(threads), "--prompts",
+         str(args.prompts), "--group", str(args.group), "--prompt-len", str(args.prompt_len)],
+        stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
+        env=dict(os.environ, OMP_NUM_THREADS=str(threads)))
+    if self.proc.stdout.readline().strip() != "ready":
+      raise RuntimeError(f"transformers worker ({threads} threads) failed to start")
+
+  def run(self, new: int, max_time: float) -> tuple[int, float, float]:
+    self.proc.stdin.write(f"{new} {max_time}\n")
+    self.proc.stdin.flush()
+    generated, wall, cpu = self.proc.stdout.readline().split()
+    return int(generated), float(wall), float(cpu)
+
+  def close(self):
+    self.proc.stdin.close()
+    self.proc.wait(timeout=60)
+
+
+def llama_cpp_tok_s(prompt, new: int, threads: int, max_time: float) -> float | None:
   try:
     import llama_cpp  # pylint: disable=import-outside-toplevel
   except ImportError:
     return None
   llm = llama_cpp.Llama(model_path=find_smollm2_gguf(), n_ctx=512, n_threads=threads,
                         n_batch=512, logits_all=False, verbose=False)
+
   def run():
-    llm.reset()
-    for i, _ in enumerate(llm.generate(prompt, temp=0.0, top_k=1, reset=True)):
-      if i + 1 == new:
+    start, n = time.perf_counter(), 0
+    for n, _ in enumerate(llm.generate(prompt, temp=0.0, top_k=1, reset=True), start=1):
+      if n == new or time.perf_counter() - start > max_time:
         break
+    return n / (time.perf_counter() - start)
+
   run()
-  return new / median_time(run, 2)
+  return statistics.median(run() for _ in range(2))
 
 
 def main():
@@ -109,8 +144,12 @@ def main():
   parser.add_argument("--prompt-len", type=int, default=64)
   parser.add_argument("--new", type=int, default=128)
   parser.add_argument("--repeats", type=int, default=3)
+  parser.add_argument("--hf-max-time", type=float, default=90.0)
   parser.add_argument("--skip-transformers", action="store_true")
+  parser.add_argument("--transformers-worker", type=int, default=0, help=argparse.SUPPRESS)
   args = parser.parse_args()
+  if args.transformers_worker:
+    return transformers_worker(args.transformers_worker, args.prompt_len, args.prompts, args.group)
   rows, new = args.prompts * args.group, args.new
   print(f"load average at start: {os.getloadavg()}; devices: {jax.devices()[:1]}", flush=True)
   _, model = load_model("smollm2")
@@ -128,35 +167,38 @@ def main():
   ours()
   ceiling()
   print(f"compile + first run: {time.perf_counter() - start:.1f} s", flush=True)
-  t_ours, t_ceiling = [], []
-  for _ in range(args.repeats):  # interleaved, so both see the same machine load
-    t_ours.append(median_time(ours, 1))
-    t_ceiling.append(median_time(ceiling, 5))
-    print(f"  ours {rows * new / t_ours[-1]:.1f} tok/s; matmul step {t_ceiling[-1] * 1e3:.1f} ms",
-          flush=True)
-  t_ours, t_ceiling = statistics.median(t_ours), statistics.median(t_ceiling)
-  ours_tok_s, ceiling_tok_s = rows * new / t_ours, rows / t_ceiling
+  workers = [] if args.skip_transformers else [TransformersWorker(t, args) for t in (1, 2)]
+  for worker in workers:
+    worker.run(2, args.hf_max_time)  # warm-up
+  tok_s = {"ours": [], "ceiling": [], "hf1": [], "hf2": []}
+  cpu_ms_per_step = {"ours": [], "hf1": [], "hf2": []}
+  for rep in range(args.repeats):
+    cpu = time.process_time()
+    t = median_time(ours, 1)
+    cpu_ms_per_step["ours"].append((time.process_time() - cpu) / new * 1e3)
+    tok_s["ours"].append(rows * new / t)
+    tok_s["ceiling"].append(rows / median_time(ceiling, 5))
+    for worker in workers:
+      generated, wall, cpu = worker.run(new, args.hf_max_time)
+      tok_s[f"hf{worker.threads}"].append(rows * generated / wall)
+      cpu_ms_per_step[f"hf{worker.threads}"].append(cpu / generated * 1e3)
+    print(f"  repeat {rep}: " + ", ".join(f"{k} {v[-1]:.1f}" for k, v in tok_s.items() if v)
+          + " tok/s; load " + f"{os.getloadavg()[0]:.1f}", flush=True)
+  for worker in workers:
+    worker.close()
+  med = {k: statistics.median(v) for k, v in tok_s.items() if v}
   peak_rss_gb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20
-  print(f"ours: {ours_tok_s:.1f} tok/s ({t_ours / new * 1e3:.1f} ms per step incl. prefill); "
-        f"ceiling {ceiling_tok_s:.1f} tok/s ({t_ceiling * 1e3:.1f} ms); peak RSS "
-        f"{peak_rss_gb:.2f} GB", flush=True)
-
-  t_hf = {}
-  if not args.skip_transformers:
-    for threads in (1, 2):
-      run = transformers_fn(prompts, new, threads)
-      run(2)
-      t_hf[threads] = median_time(run, 1)
-      print(f"transformers generate, {threads} thread(s): {rows * new / t_hf[threads]:.1f} tok/s",
-            flush=True)
-  hf_tok_s = rows * new / min(t_hf.values()) if t_hf else float("nan")
+  print(f"medians (tok/s): " + ", ".join(f"{k} {v:.1f}" for k, v in med.items()))
+  print("CPU ms per decode step (all threads, prefill included): " + ", ".join(
+      f"{k} {statistics.median(v):.0f}" for k, v in cpu_ms_per_step.items() if v))
+  hf_tok_s = max(med.get("hf1", float("nan")), med.get("hf2", float("nan")))
   for threads in (1, 2):
-    llama = llama_cpp_tok_s(prompts[0], new, threads)
+    llama = llama_cpp_tok_s(prompts[0], new, threads, max_time=30.0)
     print(f"llama.cpp single stream, {threads} thread(s): "
           + ("not installed" if llama is None else f"{llama:.1f} tok/s"), flush=True)
   print(f"load average at end: {os.getloadavg()}")
-  print(f"RESULT ours_tok_s={ours_tok_s:.1f} ratio_vs_transformers={ours_tok_s / hf_tok_s:.3f} "
-        f"frac_of_ceiling={ours_tok_s / ceiling_tok_s:.3f} peak_rss_gb={peak_rss_gb:.2f}")
+  print(f"RESULT ours_tok_s={med['ours']:.1f} ratio_vs_transformers={med['ours'] / hf_tok_s:.3f} "
+        f"frac_of_ceiling={med['ours'] / med['ceiling']:.3f} peak_rss_gb={peak_rss_gb:.2f}")
 
 
 if __name__ == "__main__":

@@ -216,3 +216,31 @@ def test_a_whole_rollout_compiles_a_few_programs_once(tiny):
     jax.monitoring.unregister_event_duration_listener(on_event)
   assert 3 <= first <= 8, first  # prefill, extend, decode (+ small host-side helpers)
   assert len(compiles) == first  # a second rollout of other lengths compiles nothing
+
+
+def test_a_growing_cache_gives_the_same_rollout_as_a_fixed_one(tiny):
+  settings = SamplingSettings(temperature=1.0, max_new_tokens=7)
+  prompts = [[11, 12, 13, 14, 15], [21, 22], [31, 32, 33]]
+  observations = [[[100, 101, 102], [], [103], [104, 105, 106, 107], [111], [112]],
+                  [[1] * 12, [2], [], [3] * 9, [4], [5]]]
+
+  def rollout(sampler):
+    out, state = sampler.sample(prompts, group_size=2, settings=settings, key=jax.random.key(1))
+    outs, sizes = [out], [state.cache.n_slots]
+    for turn, obs in enumerate(observations):
+      state = sampler.extend(state, obs)
+      sizes.append(state.cache.n_slots)
+      out, state = sampler.decode(state, settings, jax.random.key(2 + turn))
+      outs.append(out)
+      sizes.append(state.cache.n_slots)
+    return outs, sizes
+
+  want, fixed_sizes = rollout(Sampler(tiny, cache_len=64))
+  got, sizes = rollout(Sampler(tiny, cache_len=64, cache_sizes=(16, 32)))
+  assert fixed_sizes == [64] * 5
+  # prompt 5 + 7 new -> 16; after turn 1 rows hold <= 12 + 4 (fits 16); decoding 7 more needs
+  # 23 -> 32; the second observations bring a row to 35 -> 64.
+  assert sizes == [16, 16, 32, 64, 64]
+  for w, g in zip(want, got):
+    np.testing.assert_array_equal(g.tokens_NT, w.tokens_NT)
+    np.testing.assert_allclose(g.logp_NT, w.logp_NT, atol=1e-5, rtol=0)

@@ -42,6 +42,16 @@ class KVCache:
   def n_slots(self) -> int:
     return self.v[0].shape[2]
 
+  def resize(self, n_slots: int) -> "KVCache":
+    """The same rows with ``n_slots`` slots: new slots are zero, slots >= n_slots are dropped."""
+    def fit(x, axis):
+      if n_slots <= x.shape[axis]:
+        return jax.lax.slice_in_dim(x, 0, n_slots, axis=axis)
+      widths = [(0, 0)] * x.ndim
+      widths[axis] = (0, n_slots - x.shape[axis])
+      return jnp.pad(x, widths)
+    return KVCache(k=tuple(fit(x, 3) for x in self.k), v=tuple(fit(x, 2) for x in self.v))
+
   def take_rows(self, rows_N: jax.Array) -> "KVCache":
     """A cache whose row n is this cache's row rows_N[n] (prefix sharing: prompt -> its G rows)."""
     take = lambda x: jnp.take(x, rows_N, axis=0)

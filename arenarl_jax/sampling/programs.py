@@ -97,6 +97,12 @@ def extend(graphdef, params, state: SamplerState, tokens_NT, counts_N, *,
                                 logits_NV=logits_NV), mesh)
 
 
+@functools.partial(jax.jit, static_argnames=("n_slots", "mesh"))
+def resize(state: SamplerState, *, n_slots: int, mesh: Mesh | None = None) -> SamplerState:
+  """Moves the state to a cache of ``n_slots`` slots (a larger bucket when rows need room)."""
+  return _on_rows(state.replace(cache=state.cache.resize(n_slots)), mesh)
+
+
 def _stop_hit(tail_NM, step, stop_sequences):
   """Whether the last generated tokens (tail, newest last) end with any stop sequence."""
   hit_N = jnp.zeros(tail_NM.shape[:1], bool)
