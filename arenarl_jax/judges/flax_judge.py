@@ -15,8 +15,14 @@ Overall per section = the mean of its dimension expectations and combined = the 
 sum, *without* the rubric's rounding: rounding an expectation throws away the graded preference the
 logits carry (two agents at 6.4 and 6.6 would both become 6 and tie), recreating the ties a
 pairwise judge exists to break. Identical prompts (e.g. both orders of a self-match) are computed
-once, so a self-match ties exactly. Rows run in chunks of ``max_rows`` with their text
-right-padded to power-of-two buckets: one compiled program per (rows, bucket).
+once, so a self-match ties exactly, and distinct prompts run in a canonical order (by length, then
+tokens), so swapping P and Q swaps the two sums exactly. Rows run in chunks of ``max_rows`` with
+their text right-padded to power-of-two buckets: one compiled program per (rows, bucket). The
+programs are not sharded: they run on the default device.
+
+    judge = make_judge({"backend": "flax", "rubric": "travel", "flax": {"model": "smollm2"}})
+    judge = FlaxJudge(model, tokenizer, FlaxJudgeConfig(max_rows=16), rubric="travel")
+    results = judge.judge(matches)          # list[MatchResult], aligned with matches
 
 **Generative mode**: the sampler (prefix prefilled once, rows extended, greedy by default)
 writes the verdict, which is parsed strictly like an HTTP reply; an unparseable verdict makes the
@@ -29,7 +35,6 @@ from __future__ import annotations
 
 import collections
 import dataclasses
-import json
 import os
 import time
 from typing import Any, Callable, Sequence
@@ -40,6 +45,7 @@ from flax import nnx
 
 from arenarl_jax import chat_format
 from arenarl_jax.judges import flax_programs
+from arenarl_jax.judges import flax_reads
 from arenarl_jax.judges import render
 from arenarl_jax.judges import rubric as rubric_lib
 from arenarl_jax.judges import stats
@@ -222,8 +228,8 @@ class FlaxJudge:
 
   def _layout(self, verdict_mode: str) -> flax_programs.BranchLayout:
     if verdict_mode not in self._layouts:
-      self._layouts[verdict_mode] = branch_layout(self.tokenizer, branch_texts(
-          self.rubric, verdict_mode))
+      self._layouts[verdict_mode] = flax_reads.branch_layout(
+          self.tokenizer, flax_reads.branch_texts(self.rubric, verdict_mode))
     return self._layouts[verdict_mode]
 
   # ------------------------------------------------------------------ evaluation
@@ -273,7 +279,7 @@ class FlaxJudge:
         if not np.all(np.isfinite(expected[r])):
           out[ids] = (None, "the model's score distribution is not finite", {})
           continue
-        out[ids] = (combine_agents(self.rubric, verdict_mode, expected[r]), None,
+        out[ids] = (flax_reads.combine_agents(self.rubric, verdict_mode, expected[r]), None,
                     {"score_mass": float(np.min(mass[r]))})
     return out
 
@@ -299,74 +305,6 @@ def _merge(d1: dict, d2: dict) -> dict:
   if "mismatches" in d1 and "mismatches" in d2:
     out["mismatches"] = d1["mismatches"] + d2["mismatches"]
   return out
-
-
-def slots(rubric: rubric_lib.Rubric, verdict_mode: str) -> list[tuple[str, str, str]]:
-  """(agent, section, dimension) of every score, in verdict order (agent "" when pointwise)."""
-  agents = rubric_lib.AGENTS if verdict_mode == "pairwise" else ("",)
-  return [(a, s, d.name) for a in agents for s in rubric_lib.SECTIONS
-          for d in rubric.dimensions(s)]
-
-
-def branch_texts(rubric: rubric_lib.Rubric, verdict_mode: str) -> list[str]:
-  """Each score's JSON key path, e.g. ``{"Agent_A": {"path": {"breadth": ``."""
-  out = []
-  for agent, section, dim in slots(rubric, verdict_mode):
-    keys = ([agent] if agent else []) + [section, dim]
-    out.append("".join("{" + json.dumps(k) + ": " for k in keys))
-  return out
-
-
-def score_tokens(tokenizer, texts: Sequence[str]) -> tuple[tuple[int, ...], int]:
-  """(ids of "0".."9", id of a single-token "10" or -1 when it is "1" + "0") after every text.
-
-  Raises ValueError when a score does not tokenize as those tokens right after a branch text
-  (the reads would then not be the model's probability of writing that score).
-  """
-  digits, ten = None, None
-  for text in texts:
-    base = tokenizer.encode(text)
-    tails = []
-    for s in range(11):
-      ids = tokenizer.encode(text + str(s))
-      if ids[:len(base)] != base:
-        raise ValueError(f"logit mode: the tokenizer re-tokenizes {text!r} when the score {s} "
-                         "follows it; the score cannot be read as the next token")
-      tails.append(tuple(ids[len(base):]))
-    if any(len(t) != 1 for t in tails[:10]):
-      raise ValueError(f"logit mode: the scores 0-9 after {text!r} are not single tokens: "
-                       f"{tails[:10]}")
-    this_digits = tuple(t[0] for t in tails[:10])
-    if tails[10] == (this_digits[1], this_digits[0]):
-      this_ten = -1
-    elif len(tails[10]) == 1:
-      this_ten = tails[10][0]
-    else:
-      raise ValueError(f"logit mode: the score 10 after {text!r} is {tails[10]}, neither one "
-                       "token nor the tokens of '1' and '0'")
-    if digits is not None and (this_digits, this_ten) != (digits, ten):
-      raise ValueError(f"logit mode: score tokens differ between branches (after {text!r})")
-    digits, ten = this_digits, this_ten
-  return digits, ten
-
-
-def branch_layout(tokenizer, texts: Sequence[str]) -> flax_programs.BranchLayout:
-  """The static branch layout of ``texts`` for ``tokenizer``."""
-  digits, ten = score_tokens(tokenizer, texts)
-  return flax_programs.BranchLayout.build([tokenizer.encode(t) for t in texts], digits, ten)
-
-
-def combine_agents(rubric: rubric_lib.Rubric, verdict_mode: str,
-                   expected: np.ndarray) -> tuple[float, ...]:
-  """Per agent: w_path * mean(path expectations) + w_answer * mean(answer expectations)."""
-  by_key = dict(zip(slots(rubric, verdict_mode), expected.tolist()))
-  agents = rubric_lib.AGENTS if verdict_mode == "pairwise" else ("",)
-  out = []
-  for a in agents:
-    path = np.mean([by_key[a, "path", d.name] for d in rubric.path])
-    answer = np.mean([by_key[a, "answer", d.name] for d in rubric.answer])
-    out.append(float(rubric.path_weight * path + rubric.answer_weight * answer))
-  return tuple(out)
 
 
 def make_flax_judge(cfg: Any, model: nnx.Module | None = None, tokenizer=None) -> FlaxJudge:

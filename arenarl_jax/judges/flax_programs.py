@@ -3,10 +3,10 @@
 1. ``prefill_prefix``: the rubric's system prompt (identical for every request of a rubric/mode) is
    run ONCE into a one-row KV cache.
 2. ``score_rows``: that cache is copied to all rows (``take_rows``); each row is extended with its
-   match-specific text (right-padded to a power-of-two bucket, run in blocks); then every score is read from its own short *branch* (the JSON key path
-   of one agent, section and dimension) that sees the row's prompt but no other branch: one
-   tree-attention pass over all branches, without copying the cache per branch. One compiled
-   program per (rows, bucket).
+   match-specific text (right-padded to a power-of-two bucket, run in blocks); then every score
+   is read from its own short *branch* (the JSON key path of one agent, section and dimension)
+   that sees the row's prompt but no other branch: one tree-attention pass over all branches,
+   without copying the cache per branch. One compiled program per (rows, bucket).
 
 A score is the model's distribution over the score tokens 0..10 after its branch, renormalised over
 those tokens. When "10" is spelled with two tokens ("1", "0", as SmolLM2's digit-splitting tokenizer

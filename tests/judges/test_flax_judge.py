@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 from flax import nnx
 
-from arenarl_jax.judges import flax_judge, flax_programs, make_judge
+from arenarl_jax.judges import flax_judge, flax_programs, flax_reads, make_judge
 from arenarl_jax.judges import render
 from arenarl_jax.judges import rubric as rubric_lib
 from arenarl_jax.judges import verdict as verdict_lib
@@ -51,7 +51,7 @@ class FixedHead(Transformer):
 
 
 class ScriptedModel(Transformer):
-  """Writes ``script`` from position ``start`` on (then repeats its last token), whatever it reads."""
+  """Writes ``script`` from position ``start`` on (then its last token again), whatever it reads."""
 
   def __init__(self, cfg, script, start):
     super().__init__(cfg, rngs=nnx.Rngs(params=0))
@@ -70,17 +70,17 @@ class ScriptedModel(Transformer):
 
 # ---------------------------------------------------------------- score tokens and reads by hand
 def test_branch_texts_are_json_key_paths(tok):
-  texts = flax_judge.branch_texts(rubric_lib.TRAVEL, "pairwise")
+  texts = flax_reads.branch_texts(rubric_lib.TRAVEL, "pairwise")
   assert len(texts) == 14
   assert texts[0] == '{"Agent_A": {"path": {"breadth": '
   assert texts[-1] == '{"Agent_B": {"answer": {"clarity": '
-  assert flax_judge.branch_texts(rubric_lib.TRAVEL, "pointwise")[3] == '{"answer": {"relevance": '
+  assert flax_reads.branch_texts(rubric_lib.TRAVEL, "pointwise")[3] == '{"answer": {"relevance": '
   # Each branch + a score + closing braces is a valid compact verdict fragment.
   assert json.loads(texts[-1] + "7}}}") == {"Agent_B": {"answer": {"clarity": 7}}}
 
 
 def test_smollm2_scores_are_digit_tokens_and_ten_is_two(tok):
-  digits, ten = flax_judge.score_tokens(tok, flax_judge.branch_texts(rubric_lib.TRAVEL,
+  digits, ten = flax_reads.score_tokens(tok, flax_reads.branch_texts(rubric_lib.TRAVEL,
                                                                      "pairwise"))
   assert digits == tuple(tok.token_to_id(str(d)) for d in range(10))
   assert ten == -1  # "10" -> "1", "0": read with a teacher-forced "1"
@@ -110,12 +110,12 @@ class CharTokenizer:
 def test_score_tokens_single_token_ten_and_errors():
   texts = ['{"a": ', '{"b": ']
   t = CharTokenizer(merges=("10",))
-  digits, ten = flax_judge.score_tokens(t, texts)
+  digits, ten = flax_reads.score_tokens(t, texts)
   assert ten == t.vocab["10"] and digits == tuple(t.vocab[str(d)] for d in range(10))
   with pytest.raises(ValueError, match="re-tokenizes"):
-    flax_judge.score_tokens(CharTokenizer(merges=(" 7",)), texts)
+    flax_reads.score_tokens(CharTokenizer(merges=(" 7",)), texts)
   with pytest.raises(ValueError, match="neither one token"):
-    flax_judge.score_tokens(CharTokenizer(ten="1_0"), texts)
+    flax_reads.score_tokens(CharTokenizer(ten="1_0"), texts)
 
 
 def _hand_logits(v, weights):
