@@ -67,7 +67,7 @@ class FlaxJudgeConfig:
   max_user_tokens: int = 2048  # token budget of a prompt's match-specific part
   min_bucket: int = 64  # smallest padded length of that part (buckets double up to the budget)
   block_tokens: int = 256  # logit mode: that part runs in blocks this long (less masked attention)
-  max_new_tokens: int = 256  # generative: verdict length bound
+  max_new_tokens: int = 384  # generative: verdict bound (full travel verdict ~180 SmolLM2 tokens)
   temperature: float = 0.0  # generative: 0 = greedy
   seed: int = 0  # generative sampling with temperature > 0
 
