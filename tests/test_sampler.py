@@ -161,11 +161,15 @@ def test_same_key_same_output_and_other_keys_differ(tiny):
 
 
 def test_one_shot_sample_matches_the_sampler(tiny):
-  settings = SamplingSettings(temperature=1.0, max_new_tokens=5)
-  out = sample(tiny, [[1, 2, 3]], group_size=2, settings=settings, key=jax.random.key(0))
-  ref, _ = Sampler(tiny, cache_len=64).sample([[1, 2, 3]], group_size=2, settings=settings,
-                                              key=jax.random.key(0))
+  # Same shapes and settings as the test above, so the programs compiled there are reused.
+  settings = SamplingSettings(temperature=1.5, max_new_tokens=12)
+  prompts = [[5, 6, 7, 8], [9, 10]]
+  out = sample(tiny, prompts, group_size=4, settings=settings, key=jax.random.key(3),
+               cache_len=64)
+  ref, _ = Sampler(tiny, cache_len=64).sample(prompts, group_size=4, settings=settings,
+                                              key=jax.random.key(3))
   np.testing.assert_array_equal(out.tokens_NT, ref.tokens_NT)
+  np.testing.assert_array_equal(out.logp_NT, ref.logp_NT)
 
 
 def test_multi_turn_equals_a_fresh_prefill_of_the_whole_history(tiny):
