@@ -25,7 +25,7 @@ import jax.numpy as jnp
 from flax import nnx
 
 from arenarl_jax.models.kv_cache import KVCache
-from arenarl_jax.models.rope import apply_rope, rope_tables
+from arenarl_jax.models.rope import rope_tables
 
 N_SCORES = 11  # the score tokens 0..10
 _MASKED = -1e30  # as the model's attention: finite, so a fully masked row cannot produce NaN
@@ -136,14 +136,7 @@ def branch_hidden(model, cache: KVCache, lengths_N, layout: BranchLayout):
       [see_cache_NQS, jnp.broadcast_to(see_self_QQ[None], (n, q, q))], axis=-1)
   for i, layer in enumerate(model.layers):
     attn = layer.attn
-    y_NQD = layer.attn_norm(x_NQD)
-    q_NQHF = attn.q(y_NQD).reshape(n, q, heads, hd)
-    k_NQKF = attn.k(y_NQD).reshape(n, q, kv, hd)
-    v_NQKF = attn.v(y_NQD).reshape(n, q, kv, hd)
-    if attn.q_norm is not None:
-      q_NQHF, k_NQKF = attn.q_norm(q_NQHF), attn.k_norm(k_NQKF)
-    q_NQHF = apply_rope(q_NQHF, cos, sin)
-    k_NQKF = apply_rope(k_NQKF, cos, sin)
+    q_NQHF, k_NQKF, v_NQKF = attn.project(layer.attn_norm(x_NQD), cos, sin)
     k_cache = cache.k[i] if key_axis == 3 else cache.k[i].transpose(0, 1, 3, 2)
     k_NKFX = jnp.concatenate([k_cache, k_NQKF.transpose(0, 2, 3, 1).astype(k_cache.dtype)],
                              axis=3)

@@ -51,18 +51,23 @@ class Attention(nnx.Module):
     else:
       self.q_norm = self.k_norm = None
 
+  def project(self, x_NTD, cos_NTF, sin_NTF):
+    """Queries [N, T, H, F], keys and values [N, T, K, F], with q/k norm and RoPE applied."""
+    cfg = self.cfg
+    n, t, _ = x_NTD.shape
+    q_NTHF = self.q(x_NTD).reshape(n, t, cfg.n_heads, cfg.head_dim)
+    k_NTKF = self.k(x_NTD).reshape(n, t, cfg.n_kv_heads, cfg.head_dim)
+    v_NTKF = self.v(x_NTD).reshape(n, t, cfg.n_kv_heads, cfg.head_dim)
+    if self.q_norm is not None:
+      q_NTHF, k_NTKF = self.q_norm(q_NTHF), self.k_norm(k_NTKF)
+    return apply_rope(q_NTHF, cos_NTF, sin_NTF), apply_rope(k_NTKF, cos_NTF, sin_NTF), v_NTKF
+
   def __call__(self, x_NTD, cos_NTF, sin_NTF, positions_NT, *, mask_NT=None, cache_kv=None):
     """Returns (out_NTD, (k_NKFS, v_NKSF) or None)."""
     cfg = self.cfg
     n, t, _ = x_NTD.shape
     heads, kv, hd = cfg.n_heads, cfg.n_kv_heads, cfg.head_dim
-    q_NTHF = self.q(x_NTD).reshape(n, t, heads, hd)
-    k_NTKF = self.k(x_NTD).reshape(n, t, kv, hd)
-    v_NTKF = self.v(x_NTD).reshape(n, t, kv, hd)
-    if self.q_norm is not None:
-      q_NTHF, k_NTKF = self.q_norm(q_NTHF), self.k_norm(k_NTKF)
-    q_NTHF = apply_rope(q_NTHF, cos_NTF, sin_NTF)
-    k_NTKF = apply_rope(k_NTKF, cos_NTF, sin_NTF)
+    q_NTHF, k_NTKF, v_NTKF = self.project(x_NTD, cos_NTF, sin_NTF)
     q_NTKRF = q_NTHF.reshape(n, t, kv, heads // kv, hd)
 
     if cache_kv is None:
