@@ -12,7 +12,6 @@ from __future__ import annotations
 import argparse
 import functools
 import os
-import resource
 import statistics
 import tempfile
 import time
@@ -26,14 +25,7 @@ from arenarl_jax.models.loading import load_model
 from arenarl_jax.models.logprobs import token_logprobs
 from arenarl_jax.models.safetensors_io import export_hf_dir
 
-
-def median_time(fn, repeats: int) -> float:
-  times = []
-  for _ in range(repeats):
-    start = time.perf_counter()
-    fn()
-    times.append(time.perf_counter() - start)
-  return statistics.median(times)
+import timing  # benchmarks/timing.py (the script folder is on sys.path)
 
 
 def ours_fn(model, tokens_NT, chunk: int):
@@ -107,7 +99,7 @@ def main():
   print(f"ours: compile + first run {time.perf_counter() - start:.1f} s")
   ceiling, flops = matmul_ceiling_fn(model, n_tok)
   ceiling()
-  peak_rss_gb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20
+  peak_rss_gb = timing.peak_rss_gb()
   print(f"peak RSS before torch is imported: {peak_rss_gb:.2f} GB")
 
   with tempfile.TemporaryDirectory() as hf_dir:
@@ -121,7 +113,7 @@ def main():
   times = {name: [] for name in runs}
   for _ in range(args.repeats):
     for name, run in runs.items():
-      times[name].append(median_time(run, 1))
+      times[name].append(timing.median_time(run, 1))
   t = {name: statistics.median(ts) for name, ts in times.items()}
   for name, ts in times.items():
     print(f"{name:>9}: median {t[name]:.3f} s = {n_tok / t[name]:.0f} tok/s "

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import resource
 import statistics
 import subprocess
 import sys
@@ -29,6 +28,8 @@ import jax.numpy as jnp
 from arenarl_jax.models.embedded import find_smollm2_gguf
 from arenarl_jax.models.loading import load_model
 from arenarl_jax.sampler import Sampler, SamplingSettings
+
+import timing  # benchmarks/timing.py (the script folder is on sys.path)
 
 TEXT = ("You are a travel agent. Plan a three day trip to Lisbon for two people on a budget: "
         "find flights, a hotel near the old town, and a day trip to Sintra. Explain each choice. ")
@@ -58,15 +59,6 @@ def matmul_ceiling_fn(model, rows: int):
     return jnp.einsum("nd,vd->nv", x_ND, head)
 
   return lambda: run(layers, head, x_ND).block_until_ready()
-
-
-def median_time(fn, repeats: int) -> float:
-  times = []
-  for _ in range(repeats):
-    start = time.perf_counter()
-    fn()
-    times.append(time.perf_counter() - start)
-  return statistics.median(times)
 
 
 def transformers_worker(threads: int, prompts_len: int, n_prompts: int, group: int) -> None:
@@ -174,10 +166,10 @@ def main():
   cpu_ms_per_step = {"ours": [], "hf1": [], "hf2": []}
   for rep in range(args.repeats):
     cpu = time.process_time()
-    t = median_time(ours, 1)
+    t = timing.median_time(ours, 1)
     cpu_ms_per_step["ours"].append((time.process_time() - cpu) / new * 1e3)
     tok_s["ours"].append(rows * new / t)
-    tok_s["ceiling"].append(rows / median_time(ceiling, 5))
+    tok_s["ceiling"].append(rows / timing.median_time(ceiling, 5))
     for worker in workers:
       generated, wall, cpu = worker.run(new, args.hf_max_time)
       tok_s[f"hf{worker.threads}"].append(rows * generated / wall)
@@ -187,7 +179,7 @@ def main():
   for worker in workers:
     worker.close()
   med = {k: statistics.median(v) for k, v in tok_s.items() if v}
-  peak_rss_gb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20
+  peak_rss_gb = timing.peak_rss_gb()
   print(f"medians (tok/s): " + ", ".join(f"{k} {v:.1f}" for k, v in med.items()))
   print("CPU ms per decode step (all threads, prefill included): " + ", ".join(
       f"{k} {statistics.median(v):.0f}" for k, v in cpu_ms_per_step.items() if v))
