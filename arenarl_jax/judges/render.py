@@ -156,32 +156,27 @@ def _section(tag: str, body: str) -> str:
 def render_pairwise(rubric: rubric_lib.Rubric, query: Any, a: Trajectory, b: Trajectory,
                     limits: RenderLimits = RenderLimits(), compact: bool = False) -> Prompt:
   """Messages for one direction of a match: ``a`` is shown as Agent_A, ``b`` as Agent_B."""
-  c = _Counter()
-  body = "\n\n".join([
-      _section("query", c.cut(_query_text(query, c), limits.max_query_chars)),
-      _section("agent_a_path", render_path(a, limits, c)),
-      _section("agent_a_answer", render_answer(a, limits, c)),
-      _section("agent_b_path", render_path(b, limits, c)),
-      _section("agent_b_answer", render_answer(b, limits, c)),
-  ])
-  return Prompt(
-      messages=({"role": "system", "content": system_prompt(rubric, "pairwise", compact)},
-                {"role": "user", "content": body}),
-      truncations=c.truncations, repairs=c.repairs)
+  return _render(rubric, "pairwise", query, (("agent_a", a), ("agent_b", b)), limits, compact)
 
 
 def render_pointwise(rubric: rubric_lib.Rubric, query: Any, traj: Trajectory,
                      limits: RenderLimits = RenderLimits(), compact: bool = False) -> Prompt:
   """Messages asking for one trajectory's 0-10 score on the same rubric (GRPO/GSPO baselines)."""
+  return _render(rubric, "pointwise", query, (("agent", traj),), limits, compact)
+
+
+def _render(rubric: rubric_lib.Rubric, mode: str, query: Any,
+            agents: tuple[tuple[str, Trajectory], ...], limits: RenderLimits,
+            compact: bool) -> Prompt:
+  """System prompt + one user turn: the query, then each agent's path and answer sections."""
   c = _Counter()
-  body = "\n\n".join([
-      _section("query", c.cut(_query_text(query, c), limits.max_query_chars)),
-      _section("agent_path", render_path(traj, limits, c)),
-      _section("agent_answer", render_answer(traj, limits, c)),
-  ])
+  sections = [_section("query", c.cut(_query_text(query, c), limits.max_query_chars))]
+  for tag, traj in agents:
+    sections.append(_section(f"{tag}_path", render_path(traj, limits, c)))
+    sections.append(_section(f"{tag}_answer", render_answer(traj, limits, c)))
   return Prompt(
-      messages=({"role": "system", "content": system_prompt(rubric, "pointwise", compact)},
-                {"role": "user", "content": body}),
+      messages=({"role": "system", "content": system_prompt(rubric, mode, compact)},
+                {"role": "user", "content": "\n\n".join(sections)}),
       truncations=c.truncations, repairs=c.repairs)
 
 
