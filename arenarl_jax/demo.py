@@ -17,10 +17,8 @@ import numpy as np
 
 from arenarl_jax import chat_format, tool_calls, tournament
 from arenarl_jax.judges import make_judge
-from arenarl_jax.models.embedded import find_smollm2_gguf
-from arenarl_jax.models.loading import load_model
+from arenarl_jax.models.loading import load_model, load_tokenizer
 from arenarl_jax.sampler import Sampler, SamplingSettings, finish_reasons, token_lists
-from arenarl_jax.tokenizer import Tokenizer
 from arenarl_jax.types import Step, Trajectory
 
 QUERIES = (
@@ -60,20 +58,12 @@ def demo_checker(traj: Trajectory) -> dict[str, dict[str, float]]:
           "answer": {"relevance": ans, "feasibility": ans, "details": ans, "clarity": ans}}
 
 
-def _load_tokenizer(source: str) -> Tokenizer:
-  if source == "smollm2":
-    return Tokenizer.from_gguf(find_smollm2_gguf())
-  if source.endswith(".gguf"):
-    return Tokenizer.from_gguf(source)
-  return Tokenizer.from_hf_dir(source)
-
-
 def run(config, workdir: str) -> dict:
   """Runs the demo, writes ``demo.jsonl`` to ``workdir`` and prints a RESULT line."""
   t0 = time.perf_counter()
   s = config.sampling
   _, model = load_model(config.model.source, cache_dir=config.model.cache_dir or None)
-  tok = _load_tokenizer(config.model.source)
+  tok = load_tokenizer(config.model.source)
   t_load = time.perf_counter() - t0
 
   queries = [QUERIES[b % len(QUERIES)] for b in range(config.rl.prompts_per_step)]

@@ -35,7 +35,6 @@ from __future__ import annotations
 
 import collections
 import dataclasses
-import os
 import time
 from typing import Any, Callable, Sequence
 
@@ -325,14 +324,5 @@ def make_flax_judge(cfg: Any, model: nnx.Module | None = None, tokenizer=None) -
 
 def load_judge_model(source: str):
   """(model, tokenizer) from "smollm2" (the embedded GGUF), a .gguf file or an HF directory."""
-  # pylint: disable=g-import-not-at-top
-  from arenarl_jax.models import gguf_io, safetensors_io
-  from arenarl_jax.models.embedded import find_smollm2_gguf
-  from arenarl_jax.tokenizer import Tokenizer
-  path = find_smollm2_gguf() if source == "smollm2" else source
-  if path.endswith(".gguf") and os.path.isfile(path):
-    return gguf_io.load_gguf(path)[1], Tokenizer.from_gguf(path)
-  if os.path.isdir(path):
-    return safetensors_io.load_hf_dir(path)[1], Tokenizer.from_hf_dir(path)
-  raise ValueError(f"judge.flax.model={source!r} is neither 'smollm2', a .gguf file nor a "
-                   "model directory")
+  from arenarl_jax.models import loading  # pylint: disable=g-import-not-at-top
+  return loading.load_model(source)[1], loading.load_tokenizer(source)

@@ -58,3 +58,10 @@ def load_model(source: str, *, cache_dir: str | None = None, dtype=None,
   if use_cache:
     param_cache.save(folder, cfg, model)
   return cfg, model
+
+
+def load_tokenizer(source: str):
+  """The tokenizer that goes with ``source`` (same sources as load_model)."""
+  from arenarl_jax.tokenizer import Tokenizer  # pylint: disable=g-import-not-at-top
+  kind, path = resolve_source(source)
+  return Tokenizer.from_gguf(path) if kind == "gguf" else Tokenizer.from_hf_dir(path)
