@@ -35,10 +35,7 @@ def play(n: int, rng: np.random.Generator | None = None) -> topology.Play:
     """(winners, losers) of ``pairs``; on a tie P advances (P is random: pairs are shuffled)."""
     won, lost = [], []
     for (a, b), (sa, sb) in zip(pairs, scores):
-      total[a] += sa
-      total[b] += sb
-      played[a] += 1
-      played[b] += 1
+      topology.record(total, played, a, b, sa, sb)
       a_wins = topology.p_points(sa, sb) >= 0.5
       won.append(a if a_wins else b)
       lost.append(b if a_wins else a)

@@ -49,10 +49,7 @@ def play(n: int, rng: np.random.Generator | None = None) -> topology.Play:
     scores = yield pairs
     winners, losers = [], []
     for (a, b), (sa, sb) in zip(pairs, scores):
-      total[a] += sa
-      total[b] += sb
-      played[a] += 1
-      played[b] += 1
+      topology.record(total, played, a, b, sa, sb)
       diff = sa - sb
       # The higher score wins; a tie (within tolerance) goes to the better seed.
       if diff > tol or (diff >= -tol and seed_of[a] < seed_of[b]):

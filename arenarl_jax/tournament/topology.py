@@ -108,3 +108,11 @@ def standing_from_order(order: list[int]) -> Standing:
 def ceil_log2(n: int) -> int:
   """Smallest k with 2**k >= n (n >= 1)."""
   return (n - 1).bit_length()
+
+
+def record(total: list[float], played: list[int], a: int, b: int, sa: float, sb: float) -> None:
+  """Adds one match's scores to both players' running totals (for average-score tie-breaks)."""
+  total[a] += sa
+  total[b] += sb
+  played[a] += 1
+  played[b] += 1
