@@ -24,6 +24,7 @@ import jax
 import jax.numpy as jnp
 from flax import nnx
 
+from arenarl_jax import backend_options
 from arenarl_jax.models.kv_cache import KVCache
 from arenarl_jax.models.rope import rope_tables
 
@@ -74,7 +75,7 @@ class BranchLayout:
     return len(self.first)
 
 
-@functools.partial(jax.jit, static_argnames=("graphdef",))
+@backend_options.program(static_argnames=("graphdef",))
 def prefill_prefix(graphdef, params, tokens_1T) -> KVCache:
   """A one-row cache holding the shared prefix at positions 0..T-1."""
   TRACES["prefill_prefix", 1, tokens_1T.shape[1]] += 1
@@ -172,7 +173,7 @@ def score_log_probs(first_NBV, after_one_NBV, digits, ten: int):
   return lp_NBS - total_NB[..., None], jnp.exp(total_NB)
 
 
-@functools.partial(jax.jit, static_argnames=("graphdef", "layout", "block"))
+@backend_options.program(static_argnames=("graphdef", "layout", "block"))
 def score_rows(graphdef, params, prefix: KVCache, tokens_NT, lengths_N, *, layout: BranchLayout,
                block: int):
   """Per row and branch: (score probabilities [N, B, 11], mass on score tokens [N, B]).

@@ -14,6 +14,7 @@ import jax.numpy as jnp
 from flax import nnx
 from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 
+from arenarl_jax import backend_options
 from arenarl_jax.models.kv_cache import KVCache
 from arenarl_jax.sampling import choose
 from arenarl_jax.sampling.settings import EOS, LENGTH, NONE, STOP, RowSettings
@@ -63,7 +64,7 @@ def _last_logits(model, h_NTD, counts_N):
   return model.head(h_ND)
 
 
-@functools.partial(jax.jit, static_argnames=("graphdef", "group_size", "n_slots", "mesh"))
+@backend_options.program(static_argnames=("graphdef", "group_size", "n_slots", "mesh"))
 def prefill(graphdef, params, tokens_BT, counts_B, *, group_size: int, n_slots: int,
             mesh: Mesh | None = None) -> SamplerState:
   """Prefills each distinct prompt once, then copies its cache to the G rows of its group."""
@@ -83,7 +84,7 @@ def prefill(graphdef, params, tokens_BT, counts_B, *, group_size: int, n_slots: 
   return _on_rows(state, mesh)
 
 
-@functools.partial(jax.jit, static_argnames=("graphdef", "mesh"), donate_argnames=("state",))
+@backend_options.program(static_argnames=("graphdef", "mesh"), donate_argnames=("state",))
 def extend(graphdef, params, state: SamplerState, tokens_NT, counts_N, *,
            mesh: Mesh | None = None) -> SamplerState:
   """Appends counts_N[n] tokens to row n at its own offset; rows with 0 keep their logits."""
@@ -113,8 +114,8 @@ def _stop_hit(tail_NM, step, stop_sequences):
   return hit_N
 
 
-@functools.partial(
-    jax.jit, static_argnames=("graphdef", "eos_ids", "stop_sequences", "max_new_tokens", "mesh"),
+@backend_options.program(
+    static_argnames=("graphdef", "eos_ids", "stop_sequences", "max_new_tokens", "mesh"),
     donate_argnames=("state",))
 def decode(graphdef, params, state: SamplerState, rows: RowSettings, key, *,
            eos_ids: tuple[int, ...], stop_sequences: tuple[tuple[int, ...], ...],
