@@ -5,8 +5,10 @@
 2. ``score_rows``: that cache is copied to all rows (``take_rows``); each row is extended with its
    match-specific text (right-padded to a power-of-two bucket, run in blocks); then every score
    is read from its own short *branch* (the JSON key path of one agent, section and dimension)
-   that sees the row's prompt but no other branch: one tree-attention pass over all branches,
-   without copying the cache per branch. One compiled program per (rows, bucket).
+   that sees the row's prompt and its own earlier tokens but no other branch. The branches form a
+   trie: key-path tokens they share (``{"Agent_A": {"path": {"`` ...) are one node, computed
+   once, which halves the branch tokens of the default rubrics. One tree-attention pass over all
+   nodes, without copying the cache per branch. One compiled program per (rows, bucket).
 
 A score is the model's distribution over the score tokens 0..10 after its branch, renormalised over
 those tokens. When "10" is spelled with two tokens ("1", "0", as SmolLM2's digit-splitting tokenizer
@@ -22,6 +24,7 @@ import functools
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 from flax import nnx
 
 from arenarl_jax import backend_options
@@ -38,14 +41,16 @@ TRACES: collections.Counter = collections.Counter()
 class BranchLayout:
   """The branches of one verdict shape, flattened into Q tokens (static: hashable tuples).
 
-  Token q belongs to branch ``branch[q]`` at offset ``offset[q]`` after the row's prompt.
-  ``first[b]``: index of branch b's last text token (its logits give the first score token);
-  ``after_one[b]``: index of the teacher-forced "1" that ends branch b (-1 when "10" is one token).
+  Node q holds token ``tokens[q]`` at offset ``offset[q]`` after the row's prompt; its parent is
+  node ``parent[q]`` (-1: the prompt's last token), always at a smaller index. A node sees its
+  ancestors and itself. Branches that begin with the same tokens share those nodes (a trie).
+  ``first[b]``: node of branch b's last text token (its logits give the first score token);
+  ``after_one[b]``: node of the teacher-forced "1" that ends branch b (-1 when "10" is one token).
   ``digits``: the ids of "0".."9"; ``ten``: the id of a single-token "10", or -1.
   """
 
   tokens: tuple[int, ...]
-  branch: tuple[int, ...]
+  parent: tuple[int, ...]
   offset: tuple[int, ...]
   first: tuple[int, ...]
   after_one: tuple[int, ...]
@@ -54,21 +59,39 @@ class BranchLayout:
 
   @classmethod
   def build(cls, branches: list[list[int]], digits: tuple[int, ...], ten: int) -> BranchLayout:
-    """Layout of the given branch token lists (each followed by a "1" when "10" is two tokens)."""
+    """The trie of the given branch token lists (each followed by a "1" when "10" is two tokens)."""
     if len(digits) != 10:
       raise ValueError(f"need the ids of the 10 digits, got {len(digits)}")
-    tokens, branch, offset, first, after_one = [], [], [], [], []
+    tokens, parent, offset, first, after_one = [], [], [], [], []
+    nodes: dict[tuple[int, int], int] = {}
+
+    def child(of: int, token: int) -> int:
+      if (of, token) not in nodes:
+        nodes[of, token] = len(tokens)
+        tokens.append(int(token))
+        parent.append(of)
+        offset.append(0 if of < 0 else offset[of] + 1)
+      return nodes[of, token]
+
     for b, ids in enumerate(branches):
       if not ids:
         raise ValueError(f"branch {b} has no tokens")
-      row = list(ids) + ([] if ten >= 0 else [digits[1]])
-      first.append(len(tokens) + len(ids) - 1)
-      after_one.append(len(tokens) + len(ids) if ten < 0 else -1)
-      tokens += row
-      branch += [b] * len(row)
-      offset += list(range(len(row)))
-    return cls(tuple(tokens), tuple(branch), tuple(offset), tuple(first), tuple(after_one),
+      node = -1
+      for token in ids:
+        node = child(node, token)
+      first.append(node)
+      after_one.append(child(node, digits[1]) if ten < 0 else -1)
+    return cls(tuple(tokens), tuple(parent), tuple(offset), tuple(first), tuple(after_one),
                tuple(digits), ten)
+
+  def sees(self) -> np.ndarray:
+    """[Q, Q] bool: node q sees node p (p is q or one of its ancestors)."""
+    q = len(self.tokens)
+    out = np.eye(q, dtype=bool)
+    for node, up in enumerate(self.parent):
+      if up >= 0:
+        out[node] |= out[up]
+    return out
 
   @property
   def n_branches(self) -> int:
@@ -114,8 +137,8 @@ def _attend(q_NQKRF, k_NKFX, v_NKXF, visible_NQX):
 def branch_hidden(model, cache: KVCache, lengths_N, layout: BranchLayout):
   """Final hidden states [N, Q, D] of the branch tokens of every row.
 
-  Token q sits at position ``lengths_N + offset[q]`` and sees the row's cache slots below
-  ``lengths_N`` and the earlier tokens of its own branch only (tree attention). This is the
+  Node q sits at position ``lengths_N + offset[q]`` and sees the row's cache slots below
+  ``lengths_N`` and its own ancestors in the trie only (tree attention). This is the
   model's Block/Attention computation with extra keys; tests check it against running each branch
   as its own cache row through ``model(...)``.
   """
@@ -123,7 +146,6 @@ def branch_hidden(model, cache: KVCache, lengths_N, layout: BranchLayout):
   key_axis = key_slot_axis(cfg)
   n, q = lengths_N.shape[0], len(layout.tokens)
   heads, kv, hd = cfg.n_heads, cfg.n_kv_heads, cfg.head_dim
-  branch_Q = jnp.asarray(layout.branch, jnp.int32)
   offset_Q = jnp.asarray(layout.offset, jnp.int32)
   x_QD = jnp.take(model.embed[...], jnp.asarray(layout.tokens, jnp.int32), axis=0)
   x_NQD = jnp.broadcast_to(x_QD[None], (n, q, cfg.d_model))
@@ -132,7 +154,7 @@ def branch_hidden(model, cache: KVCache, lengths_N, layout: BranchLayout):
   slots_S = jnp.arange(cache.n_slots)
   see_cache_NQS = jnp.broadcast_to((slots_S[None, :] < lengths_N[:, None])[:, None, :],
                                    (n, q, cache.n_slots))
-  see_self_QQ = (branch_Q[:, None] == branch_Q[None, :]) & (offset_Q[None, :] <= offset_Q[:, None])
+  see_self_QQ = jnp.asarray(layout.sees())
   visible_NQX = jnp.concatenate(
       [see_cache_NQS, jnp.broadcast_to(see_self_QQ[None], (n, q, q))], axis=-1)
   for i, layer in enumerate(model.layers):

@@ -183,8 +183,11 @@ def test_branch_reads_equal_each_branch_as_its_own_sequence(family):
   rng = np.random.default_rng(0)
   prefix = rng.integers(20, 500, 37)
   rows = [rng.integers(20, 500, 20), rng.integers(20, 500, 33)]
-  branches = [[501, 502], [503, 504, 505, 506, 507], [508, 509, 510]]
+  # Branches sharing leading tokens (one a prefix of another) share trie nodes.
+  branches = [[501, 502], [503, 504, 505, 506, 507], [501, 502, 508], [503, 504, 509, 510],
+              [511, 512, 513]]
   layout = flax_programs.BranchLayout.build(branches, tuple(range(10, 20)), -1)
+  assert len(layout.tokens) == 2 + 5 + 1 + 2 + 3 + len(branches)  # shared nodes counted once
   tokens = np.zeros((2, 64), np.int32)
   for r, ids in enumerate(rows):
     tokens[r, :len(ids)] = ids
