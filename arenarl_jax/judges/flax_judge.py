@@ -17,8 +17,8 @@ logits carry (two agents at 6.4 and 6.6 would both become 6 and tie), recreating
 pairwise judge exists to break. Identical prompts (e.g. both orders of a self-match) are computed
 once, so a self-match ties exactly, and distinct prompts run in a canonical order (by length, then
 tokens), so swapping P and Q swaps the two sums exactly. Rows run in chunks of ``max_rows`` with
-their text right-padded to power-of-two buckets: one compiled program per (rows, bucket). The
-programs are not sharded: they run on the default device.
+their text right-padded to length buckets (``bucket_step``): one compiled program per
+(rows, bucket). The programs are not sharded: they run on the default device.
 
     judge = make_judge({"backend": "flax", "rubric": "travel", "flax": {"model": "smollm2"}})
     judge = FlaxJudge(model, tokenizer, FlaxJudgeConfig(max_rows=16), rubric="travel")
@@ -49,6 +49,7 @@ from arenarl_jax.judges import render
 from arenarl_jax.judges import rubric as rubric_lib
 from arenarl_jax.judges import stats
 from arenarl_jax.judges import verdict as verdict_lib
+from arenarl_jax.sampling import buckets as bucketing
 from arenarl_jax.types import Match, MatchResult, Trajectory
 
 MODES = ("logit", "generative")
@@ -64,7 +65,8 @@ class FlaxJudgeConfig:
   mode: str = "logit"  # one of MODES
   max_rows: int = 4  # prompts per compiled call (memory: rows x cache slots x layers)
   max_user_tokens: int = 2048  # token budget of a prompt's match-specific part
-  min_bucket: int = 64  # smallest padded length of that part (buckets double up to the budget)
+  min_bucket: int = 64  # smallest padded length of that part (buckets double from it ...)
+  bucket_step: int = 128  # ... up to 2*bucket_step, then grow by it (0: powers of two only)
   block_tokens: int = 256  # logit mode: that part runs in blocks this long (less masked attention)
   max_new_tokens: int = 384  # generative: verdict bound (full travel verdict ~180 SmolLM2 tokens)
   temperature: float = 0.0  # generative: 0 = greedy
@@ -77,24 +79,14 @@ class FlaxJudgeConfig:
       value = getattr(self, name)
       if isinstance(value, bool) or not isinstance(value, int) or value < 1:
         raise ValueError(f"judge.flax.{name} must be an int >= 1, got {value!r}")
+    if isinstance(self.bucket_step, bool) or not isinstance(self.bucket_step, int) or (
+        self.bucket_step < 0):
+      raise ValueError(f"judge.flax.bucket_step must be an int >= 0, got {self.bucket_step!r}")
     if self.min_bucket > self.max_user_tokens:
       raise ValueError(f"judge.flax.min_bucket={self.min_bucket} exceeds max_user_tokens="
                        f"{self.max_user_tokens}")
     if self.temperature < 0:
       raise ValueError(f"judge.flax.temperature must be >= 0, got {self.temperature}")
-
-
-def doubling_buckets(largest: int, smallest: int) -> tuple[int, ...]:
-  """smallest, 2*smallest, ... below ``largest``, then ``largest`` itself."""
-  out, b = [], smallest
-  while b < largest:
-    out.append(b)
-    b *= 2
-  return tuple(out) + (largest,)
-
-
-def _bucket(n: int, buckets: Sequence[int]) -> int:
-  return next(b for b in buckets if b >= n)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -121,8 +113,9 @@ class FlaxJudge:
     self.counts: collections.Counter = collections.Counter()  # flax-only counters, see snapshot()
     self.model = model
     self.graphdef, self.params = nnx.split(model)
-    self.buckets = doubling_buckets(config.max_user_tokens, config.min_bucket)
-    self.row_buckets = doubling_buckets(config.max_rows, 1)
+    self.buckets = bucketing.stepped_buckets(config.max_user_tokens, config.min_bucket,
+                                             config.bucket_step)
+    self.row_buckets = bucketing.power_of_two_buckets(config.max_rows, 1)
     self._prefix: dict[str, tuple[list[int], Any]] = {}  # verdict mode -> (ids, cache)
     self._layouts: dict[str, flax_programs.BranchLayout] = {}
     self.calls = 0
@@ -249,7 +242,8 @@ class FlaxJudge:
     """(row ids, tokens [n, t] int32, lengths [n]) per chunk of rows padded to its buckets."""
     for start in range(0, len(unique), self.config.max_rows):
       part = unique[start:start + self.config.max_rows]
-      n, t = _bucket(len(part), self.row_buckets), _bucket(len(part[-1]), self.buckets)
+      n = bucketing.bucket_length(len(part), self.row_buckets, what="chunk rows")
+      t = bucketing.bucket_length(len(part[-1]), self.buckets, what="prompt")
       tokens = np.zeros((n, t), np.int32)
       lengths = np.ones((n,), np.int32)  # padding rows: one token, results dropped
       for r, ids in enumerate(part):

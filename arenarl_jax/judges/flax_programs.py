@@ -3,7 +3,7 @@
 1. ``prefill_prefix``: the rubric's system prompt (identical for every request of a rubric/mode) is
    run ONCE into a one-row KV cache.
 2. ``score_rows``: that cache is copied to all rows (``take_rows``); each row is extended with its
-   match-specific text (right-padded to a power-of-two bucket, run in blocks); then every score
+   match-specific text (right-padded to a length bucket, run in blocks); then every score
    is read from its own short *branch* (the JSON key path of one agent, section and dimension)
    that sees the row's prompt and its own earlier tokens but no other branch. The branches form a
    trie: key-path tokens they share (``{"Agent_A": {"path": {"`` ...) are one node, computed

@@ -15,6 +15,23 @@ def power_of_two_buckets(max_len: int, min_len: int = 16) -> tuple[int, ...]:
   return tuple(out) + (max_len,)
 
 
+def stepped_buckets(max_len: int, min_len: int, step: int) -> tuple[int, ...]:
+  """Powers of two from min_len up to 2*step, then multiples of step, then max_len itself.
+
+  step 0 gives power_of_two_buckets. Doubling pads a length by up to 2x (~25% on average); fixed
+  steps bound the padding by ``step`` tokens at the price of more compiled programs, which pays
+  for itself in long runs of long, similar-length inputs (e.g. judge prompts: ~870 tokens padded
+  to 896 instead of 1,024).
+  """
+  if step < 0:
+    raise ValueError(f"bucket step must be >= 0, got {step}")
+  doubling = power_of_two_buckets(max_len, min_len)
+  if step == 0:
+    return doubling
+  head = [b for b in doubling if b < min(2 * step, max_len)]
+  return tuple(head) + tuple(range(max(2 * step, min_len), max_len, step)) + (max_len,)
+
+
 def bucket_length(n: int, buckets: Sequence[int], *, what: str = "chunk") -> int:
   """The smallest bucket >= n."""
   for b in buckets:

@@ -1,0 +1,32 @@
+"""Length buckets: doubling, fixed steps, and the smallest bucket that fits."""
+import pytest
+
+from arenarl_jax.sampling.buckets import bucket_length, power_of_two_buckets, stepped_buckets
+
+
+def test_power_of_two_buckets_end_at_the_maximum():
+  assert power_of_two_buckets(100, 16) == (16, 32, 64, 100)
+  assert power_of_two_buckets(64, 16) == (16, 32, 64)
+
+
+def test_stepped_buckets_double_up_to_two_steps_then_add_steps():
+  assert stepped_buckets(1024, 64, 128) == (64, 128, 256, 384, 512, 640, 768, 896, 1024)
+  assert stepped_buckets(1000, 16, 100) == (16, 32, 64, 128, 200, 300, 400, 500, 600, 700,
+                                            800, 900, 1000)
+  assert stepped_buckets(300, 64, 256) == (64, 128, 256, 300)  # the maximum comes first
+  assert stepped_buckets(1024, 64, 0) == power_of_two_buckets(1024, 64)
+  with pytest.raises(ValueError, match="bucket step must be >= 0"):
+    stepped_buckets(1024, 64, -1)
+
+
+@pytest.mark.parametrize("step", [0, 96, 128])
+def test_every_length_gets_the_smallest_bucket_that_fits(step):
+  buckets = stepped_buckets(2048, 64, step)
+  assert list(buckets) == sorted(set(buckets))
+  for n in range(1, 2049):
+    b = bucket_length(n, buckets)
+    assert b >= n and not any(n <= c < b for c in buckets)
+    if step and n > 2 * step:
+      assert b - n < step  # fixed steps bound the padding
+  with pytest.raises(ValueError, match="prompt of 2049 tokens is longer than the largest bucket"):
+    bucket_length(2049, buckets, what="prompt")
