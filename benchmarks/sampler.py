@@ -25,6 +25,7 @@ import time
 import jax
 import jax.numpy as jnp
 
+from arenarl_jax import backend_options
 from arenarl_jax.models.embedded import find_smollm2_gguf
 from arenarl_jax.models.loading import load_model
 from arenarl_jax.sampler import Sampler, SamplingSettings
@@ -50,7 +51,7 @@ def matmul_ceiling_fn(model, rows: int):
   head = model.embed[...] if model.lm_head is None else model.lm_head.kernel[...].T
   x_ND = jax.random.normal(jax.random.key(0), (rows, cfg.d_model), jnp.float32)
 
-  @jax.jit
+  @backend_options.program  # compiled exactly as the sampler's programs are
   def run(layers, head, x_ND):
     for wq, wk, wv, wo, wg, wu, wd in layers:
       q, k, v = x_ND @ wq, x_ND @ wk, x_ND @ wv
