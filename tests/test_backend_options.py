@@ -41,7 +41,6 @@ def test_program_matches_jit_and_keeps_reductions_out_of_library_fusions(inputs,
 def test_users_xla_flags_win(inputs, monkeypatch):
   prog = backend_options.program(attention_like)
   monkeypatch.setenv("XLA_FLAGS", "--xla_cpu_experimental_ynn_fusion_type=dot")
-  assert prog.jitted() is not None
   text = prog.jitted().lower(*inputs).compile().as_text()
   assert text == jax.jit(attention_like).lower(*inputs).compile().as_text()
 

@@ -75,13 +75,11 @@ class FlaxJudgeConfig:
   def __post_init__(self):
     if self.mode not in MODES:
       raise ValueError(f"judge.flax.mode must be one of {MODES}, got {self.mode!r}")
-    for name in ("max_rows", "max_user_tokens", "min_bucket", "block_tokens", "max_new_tokens"):
+    for name, least in (("max_rows", 1), ("max_user_tokens", 1), ("min_bucket", 1),
+                        ("bucket_step", 0), ("block_tokens", 1), ("max_new_tokens", 1)):
       value = getattr(self, name)
-      if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise ValueError(f"judge.flax.{name} must be an int >= 1, got {value!r}")
-    if isinstance(self.bucket_step, bool) or not isinstance(self.bucket_step, int) or (
-        self.bucket_step < 0):
-      raise ValueError(f"judge.flax.bucket_step must be an int >= 0, got {self.bucket_step!r}")
+      if isinstance(value, bool) or not isinstance(value, int) or value < least:
+        raise ValueError(f"judge.flax.{name} must be an int >= {least}, got {value!r}")
     if self.min_bucket > self.max_user_tokens:
       raise ValueError(f"judge.flax.min_bucket={self.min_bucket} exceeds max_user_tokens="
                        f"{self.max_user_tokens}")
