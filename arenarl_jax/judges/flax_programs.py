@@ -105,8 +105,7 @@ def prefill_prefix(graphdef, params, tokens_1T) -> KVCache:
   model = nnx.merge(graphdef, params)
   t = tokens_1T.shape[1]
   cache = KVCache.init(model.cfg, 1, t)
-  _, cache = model.hidden(tokens_1T, jnp.arange(t, dtype=jnp.int32)[None], cache=cache)
-  return cache
+  return model.fill(tokens_1T, jnp.arange(t, dtype=jnp.int32)[None], cache=cache)
 
 
 def key_slot_axis(cfg) -> int:
@@ -215,7 +214,7 @@ def score_rows(graphdef, params, prefix: KVCache, tokens_NT, lengths_N, *, layou
     size = min(block, t - start)
     cache = pad_slots(cache, size, key_axis)
     positions_NT = ts + start + jnp.broadcast_to(jnp.arange(size, dtype=jnp.int32), (n, size))
-    _, cache = model.hidden(tokens_NT[:, start:start + size], positions_NT, cache=cache)
+    cache = model.fill(tokens_NT[:, start:start + size], positions_NT, cache=cache)
   h_NQD = branch_hidden(model, cache, ts + lengths_N, layout)
   two_tokens = layout.after_one[0] >= 0
   reads = layout.first + (layout.after_one if two_tokens else ())

@@ -5,7 +5,6 @@ import jax
 import jax.numpy as jnp
 from flax import nnx
 
-from arenarl_jax.models import kv_cache
 from arenarl_jax.models.config import ModelConfig
 from arenarl_jax.models.layers import Linear, RMSNorm
 from arenarl_jax.models.rope import apply_rope
@@ -14,11 +13,31 @@ from arenarl_jax.models.rope import apply_rope
 _MASKED = -1e30
 
 
-def attend(q_NTKRF, k_NKFS, v_NKSF, visible_NTS):
+def _to_groups(x_NK_, b: int):
+  """[N, K, Q, ...] -> [B, K, G*Q, ...]: a prompt's G rows side by side (row n = prompt n // G)."""
+  n, k, q = x_NK_.shape[:3]
+  rest = x_NK_.shape[3:]
+  x = x_NK_.reshape(b, n // b, k, q, *rest).swapaxes(1, 2)
+  return x.reshape(b, k, (n // b) * q, *rest)
+
+
+def _from_groups(x_BK_, n: int):
+  """The inverse of _to_groups: [B, K, G*Q, ...] -> [N, K, Q, ...]."""
+  b, k, gq = x_BK_.shape[:3]
+  rest = x_BK_.shape[3:]
+  x = x_BK_.reshape(b, k, n // b, gq * b // n, *rest).swapaxes(1, 2)
+  return x.reshape(n, k, gq * b // n, *rest)
+
+
+def attend(q_NTKRF, k_NKFS, v_NKSF, visible_NTS, prefix=None):
   """Softmax attention in float32; R = query heads per KV head (GQA without repeating K/V).
 
   The T*R queries of each (row, KV head) form one matrix, so both products are batched matmuls
-  over (N, K) against the cache layout as stored (keys [F, S], values [S, F]).
+  over (N, K) against the cache layout as stored (keys [F, S], values [S, F]). ``prefix``:
+  optional (keys [B, K, F, P], values [B, K, P, F], visible [B, P]) shared by the G = N / B rows
+  of each prompt: the G rows' queries are stacked into one matrix per (prompt, KV head), so the
+  prompt's keys are read once per group, and both parts share one softmax (a common maximum and
+  one normaliser).
   """
   n, t, kv, r, f = q_NTKRF.shape
   q_NKQF = (q_NTKRF * f ** -0.5).transpose(0, 2, 1, 3, 4).reshape(n, kv, t * r, f)
@@ -27,11 +46,26 @@ def attend(q_NTKRF, k_NKFS, v_NKSF, visible_NTS):
                                     preferred_element_type=jnp.float32)
   visible_NQS = jnp.repeat(visible_NTS, r, axis=1) if r > 1 else visible_NTS
   scores_NKQS = jnp.where(visible_NQS[:, None], scores_NKQS, _MASKED)
+  max_NKQ = jnp.max(scores_NKQS, axis=-1)
+  if prefix is not None:
+    pk_BKFP, pv_BKPF, visible_BP = prefix
+    b = pk_BKFP.shape[0]
+    pscores_BKXP = jax.lax.dot_general(_to_groups(q_NKQF, b), pk_BKFP, (((3,), (2,)), batch),
+                                       preferred_element_type=jnp.float32)
+    pscores_BKXP = jnp.where(visible_BP[:, None, None, :], pscores_BKXP, _MASKED)
+    max_NKQ = jnp.maximum(max_NKQ, _from_groups(jnp.max(pscores_BKXP, axis=-1), n))
   # Normalise after the value product: F divisions per query instead of S.
-  weights_NKQS = jnp.exp(scores_NKQS - jnp.max(scores_NKQS, axis=-1, keepdims=True))
+  weights_NKQS = jnp.exp(scores_NKQS - max_NKQ[..., None])
   out_NKQF = jax.lax.dot_general(weights_NKQS.astype(v_NKSF.dtype), v_NKSF,
                                  (((3,), (2,)), batch), preferred_element_type=jnp.float32)
-  out_NKQF = (out_NKQF / jnp.sum(weights_NKQS, axis=-1, keepdims=True)).astype(v_NKSF.dtype)
+  total_NKQ = jnp.sum(weights_NKQS, axis=-1)
+  if prefix is not None:
+    pweights_BKXP = jnp.exp(pscores_BKXP - _to_groups(max_NKQ, b)[..., None])
+    pout_BKXF = jax.lax.dot_general(pweights_BKXP.astype(pv_BKPF.dtype), pv_BKPF,
+                                    (((3,), (2,)), batch), preferred_element_type=jnp.float32)
+    out_NKQF = out_NKQF + _from_groups(pout_BKXF, n)
+    total_NKQ = total_NKQ + _from_groups(jnp.sum(pweights_BKXP, axis=-1), n)
+  out_NKQF = (out_NKQF / total_NKQ[..., None]).astype(v_NKSF.dtype)
   return out_NKQF.reshape(n, kv, t, r, f).transpose(0, 2, 1, 3, 4)
 
 
@@ -63,12 +97,13 @@ class Attention(nnx.Module):
     return apply_rope(q_NTHF, cos_NTF, sin_NTF), apply_rope(k_NTKF, cos_NTF, sin_NTF), v_NTKF
 
   def __call__(self, x_NTD, cos_NTF, sin_NTF, positions_NT, *, mask_NT=None, cache_kv=None):
-    """Returns (out_NTD, (k_NKFS, v_NKSF) or None)."""
+    """Returns (out_NTD, (k_NKFS, v_NKSF) or None); ``cache_kv`` is a kv_cache.LayerCache."""
     cfg = self.cfg
     n, t, _ = x_NTD.shape
     heads, kv, hd = cfg.n_heads, cfg.n_kv_heads, cfg.head_dim
     q_NTHF, k_NTKF, v_NTKF = self.project(x_NTD, cos_NTF, sin_NTF)
     q_NTKRF = q_NTHF.reshape(n, t, kv, heads // kv, hd)
+    prefix = None
 
     if cache_kv is None:
       # Full sequence: causal by token index, keys limited by the padding mask.
@@ -78,12 +113,15 @@ class Attention(nnx.Module):
       k_NKFS, v_NKSF = k_NTKF.transpose(0, 2, 3, 1), v_NTKF.transpose(0, 2, 1, 3)
       new_cache = None
     else:
-      k_NKFS = kv_cache.write_keys(cache_kv[0], k_NTKF, positions_NT)
-      v_NKSF = kv_cache.write_values(cache_kv[1], v_NTKF, positions_NT)
-      slots_S = jnp.arange(v_NKSF.shape[2])
+      k_NKFS, v_NKSF = cache_kv.write(k_NTKF, v_NTKF, positions_NT)
       # Right-padding tokens of a chunk sit at later positions than the row's real tokens, so what
       # they write is invisible to them; mask_NT is not needed here.
-      visible_NTS = slots_S[None, None, :] <= positions_NT[:, :, None]
+      slots_S = jnp.arange(v_NKSF.shape[2])
+      visible_NTS = slots_S[None, None, :] <= cache_kv.slots(positions_NT)[:, :, None]
+      if cache_kv.prefix_k is not None:
+        slots_P = jnp.arange(cache_kv.prefix_v.shape[2])
+        prefix = (cache_kv.prefix_k, cache_kv.prefix_v,
+                  slots_P[None, :] < cache_kv.prefix_lengths_B[:, None])
       new_cache = (k_NKFS, v_NKSF)
-    out_NTKRF = attend(q_NTKRF, k_NKFS, v_NKSF, visible_NTS)
+    out_NTKRF = attend(q_NTKRF, k_NKFS, v_NKSF, visible_NTS, prefix)
     return self.o(out_NTKRF.reshape(n, t, heads * hd)), new_cache

@@ -3,6 +3,7 @@
 Call contract (fixed; the sampler, judges and train step rely on it):
   logits_NTV, cache = model(tokens_NT, positions_NT, cache=None, mask_NT=None)
   h_NTD, cache = model.hidden(...)      # after the final norm
+  cache = model.fill(tokens_NT, positions_NT, cache=cache)  # keys/values only (no outputs)
   logits_NTV = model.head(h_NTD)        # float32, tied or untied head
 Without a cache it is a full causal pass (mask_NT marks valid keys, e.g. left padding). With a
 KVCache it writes the chunk at ``positions_NT`` (per-row offsets) and attends to slots <= position.
@@ -49,6 +50,14 @@ class Transformer(nnx.Module):
         cfg.d_model, cfg.vocab_size, bias=False, dtype=cfg.dtype, rngs=rngs)
 
   def hidden(self, tokens_NT, positions_NT=None, *, cache: KVCache | None = None, mask_NT=None):
+    return self._run(tokens_NT, positions_NT, cache, mask_NT, outputs=True)
+
+  def fill(self, tokens_NT, positions_NT, *, cache: KVCache) -> KVCache:
+    """Only writes the chunk's keys and values into every layer of ``cache``: the last layer's
+    attention and MLP, which only the chunk's outputs need, are skipped (~1/L of the work)."""
+    return self._run(tokens_NT, positions_NT, cache, None, outputs=False)[1]
+
+  def _run(self, tokens_NT, positions_NT, cache, mask_NT, *, outputs: bool):
     n, t = tokens_NT.shape
     if positions_NT is None:
       positions_NT = jnp.broadcast_to(jnp.arange(t, dtype=jnp.int32), (n, t))
@@ -56,13 +65,17 @@ class Transformer(nnx.Module):
     cos, sin = rope_tables(self.cfg, positions_NT)
     new_k, new_v = [], []
     for i, layer in enumerate(self.layers):
-      kv = None if cache is None else (cache.k[i], cache.v[i])
-      x_NTD, kv = layer(x_NTD, cos, sin, positions_NT, mask_NT=mask_NT, cache_kv=kv)
+      kv = None if cache is None else cache.layer(i)
+      if not outputs and i == len(self.layers) - 1:
+        _, k_NTKF, v_NTKF = layer.attn.project(layer.attn_norm(x_NTD), cos, sin)
+        kv = kv.write(k_NTKF, v_NTKF, positions_NT)
+      else:
+        x_NTD, kv = layer(x_NTD, cos, sin, positions_NT, mask_NT=mask_NT, cache_kv=kv)
       if kv is not None:
         new_k.append(kv[0])
         new_v.append(kv[1])
-    new_cache = None if cache is None else KVCache(k=tuple(new_k), v=tuple(new_v))
-    return self.final_norm(x_NTD), new_cache
+    new_cache = None if cache is None else cache.replace(k=tuple(new_k), v=tuple(new_v))
+    return (self.final_norm(x_NTD) if outputs else None), new_cache
 
   def head(self, h_NTD):
     """Logits in float32 (tied: h @ embed^T)."""

@@ -75,6 +75,39 @@ def test_cache_writes_past_the_end_are_dropped(models):
   np.testing.assert_array_equal(np.asarray(after.k[0]), before)
 
 
+def test_rows_after_a_shared_prefix_equal_full_forward(models):
+  """B = 2 prompts (3 and 5 tokens, padded to 5) shared by G = 2 rows each; every row then gets
+  its own 4 tokens in one chunk: each row's logits equal a full pass over prompt + its tokens."""
+  cfg, model, forward = models["qwen3"]
+  rng = np.random.default_rng(3)
+  counts = np.array([3, 5])
+  prompts = rng.integers(0, cfg.vocab_size, (2, 5)).astype(np.int32)
+  prompt_cache = KVCache.init(cfg, n_rows=2, n_slots=5)
+  _, prompt_cache = forward(jnp.asarray(prompts), None, cache=prompt_cache)
+  own = rng.integers(0, cfg.vocab_size, (4, 4)).astype(np.int32)
+  cache = KVCache.init(cfg, n_rows=4, n_slots=6, prefix=prompt_cache.as_prefix(jnp.asarray(counts)))
+  np.testing.assert_array_equal(cache.start_N(), [3, 3, 5, 5])
+  pos = (np.repeat(counts, 2)[:, None] + np.arange(4)).astype(np.int32)
+  logits, cache = forward(jnp.asarray(own), jnp.asarray(pos), cache=cache)
+  for n in range(4):
+    full = np.concatenate([prompts[n // 2, :counts[n // 2]], own[n]])[None]
+    want = full_logits(forward, full)[0, counts[n // 2]:]
+    np.testing.assert_allclose(np.asarray(logits)[n], want, atol=1e-4, rtol=0)
+  # The row buffers hold only the rows' own tokens, from slot 0.
+  assert cache.n_slots == 6 and cache.prefix.k[0].shape[-1] == 5
+
+
+def test_fill_writes_the_same_cache_as_hidden(models):
+  cfg, model, _ = models["qwen3"]
+  tokens = jnp.asarray(np.random.default_rng(4).integers(0, cfg.vocab_size, (2, 7)), jnp.int32)
+  positions = jnp.broadcast_to(jnp.arange(7, dtype=jnp.int32), (2, 7))
+  _, want = nnx.jit(lambda m, c: m.hidden(tokens, positions, cache=c))(
+      model, KVCache.init(cfg, 2, 8))
+  got = nnx.jit(lambda m, c: m.fill(tokens, positions, cache=c))(model, KVCache.init(cfg, 2, 8))
+  for a, b in zip(got.k + got.v, want.k + want.v):
+    np.testing.assert_allclose(np.asarray(a), np.asarray(b), atol=1e-6, rtol=0)
+
+
 @pytest.mark.parametrize("chunk,temperature", [(1, 1.0), (5, 0.7), (64, 1.0)])
 def test_token_logprobs_equal_log_softmax_of_full_logits(chunk, temperature, models):
   cfg, model, forward = models["qwen2_yarn_untied"]
