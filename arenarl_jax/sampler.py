@@ -21,7 +21,8 @@ from flax import nnx
 from jax.sharding import Mesh
 
 from arenarl_jax.sampling import programs
-from arenarl_jax.sampling.buckets import bucket_length, pad_rows, power_of_two_buckets
+from arenarl_jax.sampling.buckets import (bucket_length, cache_size_ladder, pad_rows,
+                                          power_of_two_buckets)
 from arenarl_jax.sampling.programs import PAD, SampleOutput, SamplerState
 from arenarl_jax.sampling.settings import FINISH_REASONS, RowSettings, SamplingSettings
 
@@ -32,10 +33,12 @@ __all__ = ["FINISH_REASONS", "PAD", "RowSettings", "SampleOutput", "Sampler", "S
 class Sampler:
   """Holds the model (graphdef + params) and the static choices: cache sizes, buckets, mesh.
 
-  ``cache_len`` is the most tokens a row can hold. With ``cache_sizes`` (e.g. (256, 512, 1024,
-  2048)) the cache starts at the smallest size that fits and grows to the next one between turns
-  when a row needs room: attention reads every slot of the cache, so early short turns stay
-  cheap; each size compiles its own programs once. Without it the cache is cache_len throughout.
+  ``cache_len`` is the most tokens a row can hold. The cache starts at the smallest of
+  ``cache_sizes`` that fits and grows to the next one when a row needs room, between turns and
+  within a turn (decode pauses, the state moves, decoding resumes with the same tokens):
+  attention reads every slot of the cache, so short rows stay cheap. Each size compiles its
+  programs once. The default ladder is ``cache_size_ladder(cache_len)`` (128, 192, 320, ...,
+  cache_len); ``cache_sizes=()`` keeps the cache at cache_len throughout.
   """
 
   def __init__(self, model: nnx.Module, *, cache_len: int, buckets: Sequence[int] | None = None,
@@ -46,7 +49,9 @@ class Sampler:
     self.buckets = tuple(sorted(buckets)) if buckets else power_of_two_buckets(self.cache_len)
     if self.buckets[-1] > self.cache_len:
       raise ValueError(f"bucket {self.buckets[-1]} is longer than cache_len={self.cache_len}")
-    self.cache_sizes = tuple(sorted({int(s) for s in cache_sizes or ()} | {self.cache_len}))
+    if cache_sizes is None:
+      cache_sizes = cache_size_ladder(self.cache_len)
+    self.cache_sizes = tuple(sorted({int(s) for s in cache_sizes} | {self.cache_len}))
     if self.cache_sizes[-1] > self.cache_len or self.cache_sizes[0] < 1:
       raise ValueError(f"cache_sizes {self.cache_sizes} must lie in [1, cache_len="
                        f"{self.cache_len}]")
@@ -57,6 +62,7 @@ class Sampler:
     return bucket_length(min(need, self.cache_len), self.cache_sizes, what="cache need")
 
   def _room(self, state: SamplerState, need: int) -> SamplerState:
+    """The state with room for ``need`` tokens in each row's own buffer (after its prompt)."""
     size = self._cache_size(need)
     if size <= state.cache.n_slots:
       return state
@@ -80,8 +86,8 @@ class Sampler:
 
   def prefill(self, prompts: Sequence[Sequence[int]], group_size: int = 1, *,
               reserve: int = 0) -> SamplerState:
-    """Caches B prompts once each and fans them out to N = B * group_size rows, in a cache with
-    room for ``reserve`` more tokens per row (when cache_sizes allow a smaller one)."""
+    """Caches B prompts once each as the shared prefix of N = B * group_size rows, whose own
+    buffers start with room for ``reserve`` tokens (the next cache size that fits)."""
     if not prompts or any(len(p) == 0 for p in prompts):
       raise ValueError("prefill: every prompt needs at least one token")
     if group_size < 1:
@@ -94,7 +100,7 @@ class Sampler:
                        f"{self.cache_len}")
     tokens_BT, counts_B = pad_rows(prompts, bucket_length(longest, self.buckets, what="prompt"))
     return programs.prefill(self.graphdef, self.params, tokens_BT, counts_B,
-                            group_size=group_size, n_slots=self._cache_size(longest + reserve + 1),
+                            group_size=group_size, n_slots=self._cache_size(max(reserve, 1)),
                             mesh=self.mesh)
 
   def extend(self, state: SamplerState, new_tokens: Sequence[Sequence[int]]) -> SamplerState:
@@ -106,37 +112,58 @@ class Sampler:
     counts = np.asarray([len(t) for t in new_tokens])
     if not counts.any():
       return state
-    lengths = np.asarray(jax.device_get(state.lengths_N))
+    lengths, own = _lengths(state)
     over = np.nonzero(lengths + counts > self.cache_len)[0]
     if over.size:
       r = int(over[0])
       raise ValueError(f"extend: row {r} holds {lengths[r]} tokens; {counts[r]} more exceed "
                        f"cache_len={self.cache_len}")
     tokens_NT, counts_N = pad_rows(new_tokens, bucket_length(int(counts.max()), self.buckets))
-    state = self._room(state, int((lengths + counts).max()))
+    state = self._room(state, int((own + counts).max()))
     return programs.extend(self.graphdef, self.params, state, tokens_NT, counts_N, mesh=self.mesh)
 
   def decode(self, state: SamplerState, settings: SamplingSettings, key: jax.Array,
              rows: RowSettings | None = None) -> tuple[SampleOutput, SamplerState]:
-    """Samples one turn for every row not done; donates ``state``."""
+    """Samples one turn for every row not done; donates ``state``.
+
+    With several cache sizes the turn runs in segments: decode pauses when a row fills the
+    cache, the state moves to the next size, and decoding resumes (same tokens as one segment).
+    """
     n = state.lengths_N.shape[0]
     rows = settings.rows(n, state.group_size) if rows is None else rows
-    if len(self.cache_sizes) > 1:
-      lengths, done = jax.device_get((state.lengths_N, state.done_N))
-      if not done.all():
-        state = self._room(state, int(lengths[~done].max()) + settings.max_new_tokens)
-    state, out = programs.decode(
-        self.graphdef, self.params, state, rows, key, eos_ids=settings.eos_ids,
-        stop_sequences=settings.stop_sequences, max_new_tokens=settings.max_new_tokens,
-        mesh=self.mesh)
-    return out, state
+    tail_len = max([len(s) for s in settings.stop_sequences], default=1)
+    turn = programs.begin_turn(state.lengths_N, state.done_N,
+                               max_new_tokens=settings.max_new_tokens, tail_len=tail_len,
+                               cache_len=self.cache_len, mesh=self.mesh)
+    static = dict(eos_ids=settings.eos_ids, stop_sequences=settings.stop_sequences,
+                  max_new_tokens=settings.max_new_tokens, cache_len=self.cache_len, mesh=self.mesh)
+    growing = len(self.cache_sizes) > 1
+    while True:
+      if growing:
+        step, active = jax.device_get((turn.step, turn.active_N))
+        if step >= settings.max_new_tokens or not active.any():
+          break
+        state = self._room(state, int(_lengths(state)[1][active].max()) + 1)
+      state, turn = programs.decode(self.graphdef, self.params, state, turn, rows, key, **static)
+      if not growing:
+        break
+    done_N, out = programs.end_turn(state.lengths_N, state.done_N, turn, cache_len=self.cache_len,
+                                    mesh=self.mesh)
+    return out, state.replace(done_N=done_N)
 
   def sample(self, prompts: Sequence[Sequence[int]], *, group_size: int,
              settings: SamplingSettings, key: jax.Array,
              rows: RowSettings | None = None) -> tuple[SampleOutput, SamplerState]:
     """prefill + decode: G samples for each of B prompts (N = B * G rows)."""
-    state = self.prefill(prompts, group_size, reserve=settings.max_new_tokens)
+    state = self.prefill(prompts, group_size)
     return self.decode(state, settings, key, rows)
+
+
+def _lengths(state: SamplerState) -> tuple[np.ndarray, np.ndarray]:
+  """Host arrays: each row's tokens (prompt included) and the tokens in its own buffer."""
+  lengths, prompt_lengths = jax.device_get((state.lengths_N, state.cache.prefix.lengths_B))
+  lengths = np.asarray(lengths)
+  return lengths, lengths - np.repeat(prompt_lengths, len(lengths) // len(prompt_lengths))
 
 
 def sample(model: nnx.Module, prompts: Sequence[Sequence[int]], *, group_size: int,

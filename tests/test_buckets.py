@@ -1,7 +1,8 @@
 """Length buckets: doubling, fixed steps, and the smallest bucket that fits."""
 import pytest
 
-from arenarl_jax.sampling.buckets import bucket_length, power_of_two_buckets, stepped_buckets
+from arenarl_jax.sampling.buckets import (bucket_length, cache_size_ladder, power_of_two_buckets,
+                                          stepped_buckets)
 
 
 def test_power_of_two_buckets_end_at_the_maximum():
@@ -30,3 +31,14 @@ def test_every_length_gets_the_smallest_bucket_that_fits(step):
       assert b - n < step  # fixed steps bound the padding
   with pytest.raises(ValueError, match="prompt of 2049 tokens is longer than the largest bucket"):
     bucket_length(2049, buckets, what="prompt")
+
+
+def test_cache_ladder_grows_by_half_rounded_to_multiples_of_32():
+  # 32, 48 -> 64, 96, 144 -> 160, 240 -> 256, 384, 576, 864, 1296 -> 1312, then cache_len.
+  assert cache_size_ladder(1500) == (32, 64, 96, 160, 256, 384, 576, 864, 1312, 1500)
+  assert cache_size_ladder(192) == (32, 64, 96, 160, 192)
+  assert cache_size_ladder(20) == (20,)
+  assert cache_size_ladder(10, first=4, growth=2, multiple=1) == (4, 8, 10)
+  assert cache_size_ladder(1024, first=128, multiple=128) == (128, 256, 384, 640, 1024)
+  with pytest.raises(ValueError, match="growth > 1"):
+    cache_size_ladder(512, growth=1.0)

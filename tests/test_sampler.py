@@ -24,8 +24,8 @@ class PlusOne(nnx.Module):
   def hidden(self, tokens_NT, positions_NT=None, *, cache=None, mask_NT=None):
     if cache is not None:
       ids_NTKF = tokens_NT[:, :, None, None].astype(jnp.float32)
-      cache = KVCache(k=(kv_cache.write_keys(cache.k[0], ids_NTKF, positions_NT),),
-                      v=(kv_cache.write_values(cache.v[0], ids_NTKF, positions_NT),))
+      k, v = cache.layer(0).write(ids_NTKF, ids_NTKF, positions_NT)
+      cache = cache.replace(k=(k,), v=(v,))
     return jax.nn.one_hot(tokens_NT, self.cfg.vocab_size), cache
 
   def head(self, h_NTD):
@@ -41,10 +41,18 @@ STOPS = SamplingSettings(temperature=1.0, eos_ids=(10,), stop_sequences=((20, 21
 
 
 def cached_ids(state, row, upto):
-  """What the fake model cached for ``row`` in slots [0, upto) (keys and values agree)."""
-  keys = np.asarray(state.cache.k[0])[row, 0, 0, :upto]
-  np.testing.assert_array_equal(keys, np.asarray(state.cache.v[0])[row, 0, :upto, 0])
-  return keys.astype(int).tolist()
+  """What the fake model cached for ``row`` at positions [0, upto): the prompt once per group in
+  the shared prefix, the rest in the row's own buffer (keys and values agree in both)."""
+  cache = state.cache
+  prompt = row // (cache.n_rows // cache.prefix.lengths_B.shape[0])
+  start = int(cache.prefix.lengths_B[prompt])
+
+  def ids(k, v, r, n):
+    keys = np.asarray(k)[r, 0, 0, :n]
+    np.testing.assert_array_equal(keys, np.asarray(v)[r, 0, :n, 0])
+    return keys.astype(int).tolist()
+  return (ids(cache.prefix.k[0], cache.prefix.v[0], prompt, start)
+          + ids(cache.k[0], cache.v[0], row, upto - start))
 
 
 def test_plus_one_gives_exact_sequences_stops_and_lengths():
@@ -107,6 +115,27 @@ def test_full_cache_ends_the_row_with_length_and_marks_it_done():
   np.testing.assert_array_equal(state.done_N, [True, False])
   with pytest.raises(ValueError, match="row 1 holds 7 tokens; 2 more exceed cache_len=8"):
     sampler.extend(state, [[], [1, 2]])
+
+
+def test_the_cache_grows_within_a_turn_and_a_row_that_fills_cache_len_ends_there():
+  sampler = Sampler(PlusOne(), cache_len=24, cache_sizes=(8, 16))
+  settings = SamplingSettings(max_new_tokens=20)
+  prompts = [[1, 2, 3], [30] * 7, [50]]
+  out, state = sampler.sample(prompts, group_size=1, settings=settings, key=jax.random.key(0))
+  # Row 0: 3 + 20 = 23 tokens; row 1 fills all 24 slots after 17 tokens; row 2: 1 + 20.
+  assert token_lists(out) == [list(range(4, 24)), list(range(31, 48)),
+                              [(50 + k) % 64 for k in range(1, 21)]]
+  assert finish_reasons(out) == ["length", "length", "length"]
+  np.testing.assert_array_equal(state.lengths_N, [23, 24, 21])
+  np.testing.assert_array_equal(state.done_N, [False, True, False])
+  assert state.cache.n_slots == 24  # 8 -> 16 -> 24 during the turn
+  assert cached_ids(state, 0, 23) == list(range(1, 24))
+  assert cached_ids(state, 1, 24) == [30] * 7 + list(range(31, 48))
+  # The same turn on a cache of cache_len throughout: identical output.
+  fixed, _ = Sampler(PlusOne(), cache_len=24, cache_sizes=()).sample(
+      prompts, group_size=1, settings=settings, key=jax.random.key(0))
+  np.testing.assert_array_equal(out.tokens_NT, fixed.tokens_NT)
+  np.testing.assert_array_equal(out.finish_N, fixed.finish_N)
 
 
 def test_bad_input_is_rejected_with_a_clear_message():
@@ -201,14 +230,19 @@ def test_a_whole_rollout_compiles_a_few_programs_once(tiny):
   settings = SamplingSettings(temperature=1.0, max_new_tokens=6)
   rng = np.random.default_rng(0)
 
+  sizes = set()
+
   def rollout(seed):
     lengths = rng.integers(9, 17, 3)  # prompts all in the 16 bucket
     prompts = [rng.integers(0, 1000, n).tolist() for n in lengths]
     _, state = sampler.sample(prompts, group_size=2, settings=settings, key=jax.random.key(seed))
     for turn in range(3):
+      sizes.add(state.cache.n_slots)
       obs = [rng.integers(0, 1000, rng.integers(0, 8)).tolist() for _ in range(6)]  # bucket 8
       state = sampler.extend(state, obs)
+      sizes.add(state.cache.n_slots)
       out, state = sampler.decode(state, settings, jax.random.key(seed + turn + 1))
+    sizes.add(state.cache.n_slots)
     return token_lists(out)
 
   jax.monitoring.register_event_duration_secs_listener(on_event)
@@ -218,7 +252,11 @@ def test_a_whole_rollout_compiles_a_few_programs_once(tiny):
     rollout(10)
   finally:
     jax.monitoring.unregister_event_duration_listener(on_event)
-  assert 3 <= first <= 8, first  # prefill, extend, decode (+ small host-side helpers)
+  # Rows hold up to 6 + 3 * (7 + 6) = 45 tokens of their own: cache sizes 32 and 64 of the
+  # ladder. Programs: prefill, begin/end of a turn, and per cache size one decode, one extend (one
+  # observation bucket) and one resize into it.
+  assert sizes == {32, 64}
+  assert 5 <= first <= 3 + 3 * len(sizes), first
   assert len(compiles) == first  # a second rollout of other lengths compiles nothing
 
 
@@ -239,12 +277,13 @@ def test_a_growing_cache_gives_the_same_rollout_as_a_fixed_one(tiny):
       sizes.append(state.cache.n_slots)
     return outs, sizes
 
-  want, fixed_sizes = rollout(Sampler(tiny, cache_len=64))
+  want, fixed_sizes = rollout(Sampler(tiny, cache_len=64, cache_sizes=()))
   got, sizes = rollout(Sampler(tiny, cache_len=64, cache_sizes=(16, 32)))
   assert fixed_sizes == [64] * 5
-  # prompt 5 + 7 new -> 16; after turn 1 rows hold <= 12 + 4 (fits 16); decoding 7 more needs
-  # 23 -> 32; the second observations bring a row to 35 -> 64.
-  assert sizes == [16, 16, 32, 64, 64]
+  # Sizes count each row's own tokens (its prompt is the shared prefix): 7 new -> 16; + 4
+  # observed = 11 (16); decoding 7 more reaches 18 mid-turn -> 32; + 12 observed = 30 (32);
+  # decoding 7 more reaches 37 mid-turn -> 64.
+  assert sizes == [16, 16, 32, 32, 64]
   for w, g in zip(want, got):
     np.testing.assert_array_equal(g.tokens_NT, w.tokens_NT)
     np.testing.assert_allclose(g.logp_NT, w.logp_NT, atol=1e-5, rtol=0)

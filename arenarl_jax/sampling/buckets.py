@@ -32,6 +32,25 @@ def stepped_buckets(max_len: int, min_len: int, step: int) -> tuple[int, ...]:
   return tuple(head) + tuple(range(max(2 * step, min_len), max_len, step)) + (max_len,)
 
 
+def cache_size_ladder(cache_len: int, first: int = 32, growth: float = 1.5,
+                      multiple: int = 32) -> tuple[int, ...]:
+  """Cache sizes for a growing cache: ``first``, then x``growth`` rounded up to ``multiple``.
+
+  Decode attention reads every slot of the cache, so a cache that grows with the rows reads about
+  2/3 of the slots a full-length one would; each size compiles its programs once, and a geometric
+  ladder keeps their number logarithmic in cache_len (8,192 slots: 14 sizes). On TPUs, where the
+  slot axis is the lane axis, ``first=multiple=128`` suits the hardware better.
+  """
+  if first < 1 or growth <= 1 or multiple < 1:
+    raise ValueError(f"cache ladder needs first >= 1, growth > 1, multiple >= 1; got {first}, "
+                     f"{growth}, {multiple}")
+  out, size = [], first
+  while size < cache_len:
+    out.append(size)
+    size = max(size + multiple, -(-int(size * growth) // multiple) * multiple)
+  return tuple(out) + (cache_len,)
+
+
 def bucket_length(n: int, buckets: Sequence[int], *, what: str = "chunk") -> int:
   """The smallest bucket >= n."""
   for b in buckets:

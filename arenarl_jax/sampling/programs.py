@@ -1,4 +1,4 @@
-"""The sampler's three jitted programs: prefill, extend, and the decode while_loop.
+"""The sampler's jitted programs: prefill, extend, and the decode while_loop (in segments).
 
 Each takes the model as (graphdef, params) with the graphdef static, so one compiled program
 serves every call with the same shapes; extend and decode donate the state (the KV cache is
@@ -15,7 +15,7 @@ from flax import nnx
 from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 
 from arenarl_jax import backend_options
-from arenarl_jax.models.kv_cache import KVCache
+from arenarl_jax.models.kv_cache import KVCache, SharedPrefix
 from arenarl_jax.sampling import choose
 from arenarl_jax.sampling.settings import EOS, LENGTH, NONE, STOP, RowSettings
 
@@ -26,7 +26,7 @@ PAD = -1  # token id in output slots past a row's generated tokens
 class SamplerState:
   """What the host rollout loop carries between turns (all rows on the 'data' axis).
 
-  lengths_N: tokens in each row's cache (= position of its next token); logits_NV: float32 logits
+  lengths_N: tokens in each row (prompt included; = position of its next token); logits_NV: float32 logits
   for that next token; done_N: the row is finished for good (EOS, cache full, or set by the host)
   and is skipped by decode. group_size says which rows are greedy anchors.
   """
@@ -49,12 +49,17 @@ class SampleOutput:
 
 
 def _on_rows(tree, mesh: Mesh | None):
-  """Pins axis 0 of every array to the mesh's 'data' axis (scalars replicated)."""
+  """Pins axis 0 of every array to the mesh's 'data' axis; scalars and a shared prefix (one row
+  per prompt, B need not divide the mesh) are replicated."""
   if mesh is None:
     return tree
-  rows, scalar = NamedSharding(mesh, P("data")), NamedSharding(mesh, P())
-  return jax.tree.map(lambda x: jax.lax.with_sharding_constraint(x, rows if x.ndim else scalar),
-                      tree)
+  rows, replicated = NamedSharding(mesh, P("data")), NamedSharding(mesh, P())
+
+  def pin(x):
+    if isinstance(x, SharedPrefix):
+      return jax.tree.map(lambda y: jax.lax.with_sharding_constraint(y, replicated), x)
+    return jax.lax.with_sharding_constraint(x, rows if x.ndim else replicated)
+  return jax.tree.map(pin, tree, is_leaf=lambda x: isinstance(x, SharedPrefix))
 
 
 def _last_logits(model, h_NTD, counts_N):
@@ -67,16 +72,16 @@ def _last_logits(model, h_NTD, counts_N):
 @backend_options.program(static_argnames=("graphdef", "group_size", "n_slots", "mesh"))
 def prefill(graphdef, params, tokens_BT, counts_B, *, group_size: int, n_slots: int,
             mesh: Mesh | None = None) -> SamplerState:
-  """Prefills each distinct prompt once, then copies its cache to the G rows of its group."""
+  """Prefills each distinct prompt once; it becomes the shared prefix of its G rows, whose own
+  buffers (``n_slots`` each) start empty at the prompt's end."""
   model = nnx.merge(graphdef, params)
   b, t = tokens_BT.shape
-  cache = KVCache.init(model.cfg, b, n_slots)
   positions_BT = jnp.broadcast_to(jnp.arange(t, dtype=jnp.int32), (b, t))
-  h_BTD, cache = model.hidden(tokens_BT, positions_BT, cache=cache)
+  h_BTD, prompts = model.hidden(tokens_BT, positions_BT, cache=KVCache.init(model.cfg, b, t))
   logits_BV = _last_logits(model, h_BTD, counts_B)
   rows_N = jnp.arange(b * group_size) // group_size
   state = SamplerState(
-      cache=cache.take_rows(rows_N),
+      cache=KVCache.init(model.cfg, b * group_size, n_slots, prefix=prompts.as_prefix(counts_B)),
       lengths_N=counts_B[rows_N],
       logits_NV=logits_BV[rows_N],
       done_N=jnp.zeros((b * group_size,), bool),
@@ -114,68 +119,104 @@ def _stop_hit(tail_NM, step, stop_sequences):
   return hit_N
 
 
+@flax.struct.dataclass
+class TurnState:
+  """A turn in progress, carried across decode segments (the cache may grow between them).
+
+  step: tokens sampled so far this turn; start_N: each row's length when the turn began;
+  tail_NM: the newest M generated tokens (for stop sequences); tokens_NT/logp_NT: the output.
+  """
+
+  step: jax.Array
+  active_N: jax.Array
+  finish_N: jax.Array
+  start_N: jax.Array
+  tail_NM: jax.Array
+  tokens_NT: jax.Array
+  logp_NT: jax.Array
+
+
+@functools.partial(jax.jit, static_argnames=("max_new_tokens", "tail_len", "cache_len", "mesh"))
+def begin_turn(lengths_N, done_N, *, max_new_tokens: int, tail_len: int, cache_len: int,
+               mesh: Mesh | None = None) -> TurnState:
+  """A fresh turn: every row not done and with room in cache_len is active. (Takes the rows'
+  lengths, not the state, so it compiles once whatever the cache size.)"""
+  n = lengths_N.shape[0]
+  return _on_rows(TurnState(
+      step=jnp.zeros((), jnp.int32),
+      active_N=~done_N & (lengths_N < cache_len),
+      finish_N=jnp.zeros((n,), jnp.int32),
+      start_N=lengths_N,
+      tail_NM=jnp.full((n, tail_len), PAD, jnp.int32),
+      tokens_NT=jnp.full((n, max_new_tokens), PAD, jnp.int32),
+      logp_NT=jnp.zeros((n, max_new_tokens), jnp.float32)), mesh)
+
+
+@functools.partial(jax.jit, static_argnames=("cache_len", "mesh"), donate_argnames=("turn",))
+def end_turn(lengths_N, done_N, turn: TurnState, *, cache_len: int,
+             mesh: Mesh | None = None) -> tuple[jax.Array, SampleOutput]:
+  """(done_N: rows that hit EOS or filled cache_len are done for good, the turn's output)."""
+  done_N = done_N | (turn.finish_N == EOS) | (lengths_N >= cache_len)
+  out = SampleOutput(tokens_NT=turn.tokens_NT, logp_NT=turn.logp_NT,
+                     lengths_N=lengths_N - turn.start_N, finish_N=turn.finish_N)
+  return _on_rows(done_N, mesh), _on_rows(out, mesh)
+
+
 @backend_options.program(
-    static_argnames=("graphdef", "eos_ids", "stop_sequences", "max_new_tokens", "mesh"),
-    donate_argnames=("state",))
-def decode(graphdef, params, state: SamplerState, rows: RowSettings, key, *,
+    static_argnames=("graphdef", "eos_ids", "stop_sequences", "max_new_tokens", "cache_len",
+                     "mesh"),
+    donate_argnames=("state", "turn"))
+def decode(graphdef, params, state: SamplerState, turn: TurnState, rows: RowSettings, key, *,
            eos_ids: tuple[int, ...], stop_sequences: tuple[tuple[int, ...], ...],
-           max_new_tokens: int, mesh: Mesh | None = None) -> tuple[SamplerState, SampleOutput]:
-  """One turn: a lax.while_loop of sample -> feed, until every row stopped (early exit).
+           max_new_tokens: int, cache_len: int,
+           mesh: Mesh | None = None) -> tuple[SamplerState, TurnState]:
+  """One segment of a turn: a lax.while_loop of sample -> feed over the cache as it is.
 
   Each step samples from the carried logits, then feeds the token at the row's position, so a
   row's last token (e.g. the end of a tool call) is in its cache and its logits are ready when
   the host extends it. Finished rows keep their logits; their fed tokens land past their end.
+  The loop ends when every row stopped (early exit), or pauses when an active row has filled a
+  cache smaller than cache_len: the host then moves the state to a larger cache and calls again.
+  Attention reads every slot of the cache, so growing it within a turn keeps early steps cheap.
+  Step k always uses fold_in(key, k): pausing does not change what is sampled.
   """
   model = nnx.merge(graphdef, params)
-  n = state.lengths_N.shape[0]
   n_slots = state.cache.n_slots
-  tail_len = max([len(s) for s in stop_sequences], default=1)
   eos_E = jnp.asarray(eos_ids or (PAD,), jnp.int32)
 
+  start_N = state.cache.start_N()
+
   def cond(c):
-    return (c["step"] < max_new_tokens) & jnp.any(c["active_N"])
+    s, t = c
+    full = jnp.any(t.active_N & (s.lengths_N - start_N >= n_slots))
+    return (t.step < max_new_tokens) & jnp.any(t.active_N) & ~full
 
   def body(c):
-    step, active_N = c["step"], c["active_N"]
-    tok_N, logp_N = choose.choose_tokens(c["logits_NV"], rows, jax.random.fold_in(key, step))
+    s, t = c
+    step, active_N = t.step, t.active_N
+    tok_N, logp_N = choose.choose_tokens(s.logits_NV, rows, jax.random.fold_in(key, step))
     tok_N = jnp.where(active_N, tok_N, PAD)
     logp_N = jnp.where(active_N, logp_N, 0.0)
-    lengths_N = c["lengths_N"] + active_N
-    tail_NM = jnp.concatenate([c["tail_NM"][:, 1:], tok_N[:, None]], axis=1)
+    lengths_N = s.lengths_N + active_N
+    tail_NM = jnp.concatenate([t.tail_NM[:, 1:], tok_N[:, None]], axis=1)
     reason_N = jnp.where(
         jnp.isin(tok_N, eos_E) & bool(eos_ids), EOS,
         jnp.where(_stop_hit(tail_NM, step, stop_sequences), STOP,
-                  jnp.where((step + 1 >= max_new_tokens) | (lengths_N >= n_slots), LENGTH, NONE)))
+                  jnp.where((step + 1 >= max_new_tokens) | (lengths_N >= cache_len), LENGTH,
+                            NONE)))
     reason_N = jnp.where(active_N, reason_N, NONE)
-    logits_N1V, cache = model(jnp.maximum(tok_N, 0)[:, None], c["lengths_N"][:, None],
-                              cache=c["cache"])
-    return dict(
+    logits_N1V, cache = model(jnp.maximum(tok_N, 0)[:, None], s.lengths_N[:, None],
+                              cache=s.cache)
+    s = s.replace(cache=cache, lengths_N=lengths_N,
+                  logits_NV=jnp.where(active_N[:, None], logits_N1V[:, 0], s.logits_NV))
+    t = t.replace(
         step=step + 1,
-        cache=cache,
-        lengths_N=lengths_N,
-        logits_NV=jnp.where(active_N[:, None], logits_N1V[:, 0], c["logits_NV"]),
         active_N=active_N & (reason_N == NONE),
-        finish_N=jnp.where(reason_N != NONE, reason_N, c["finish_N"]),
+        finish_N=jnp.where(reason_N != NONE, reason_N, t.finish_N),
         tail_NM=tail_NM,
-        tokens_NT=jax.lax.dynamic_update_slice(c["tokens_NT"], tok_N[:, None], (0, step)),
-        logp_NT=jax.lax.dynamic_update_slice(c["logp_NT"], logp_N[:, None], (0, step)),
-    )
+        tokens_NT=jax.lax.dynamic_update_slice(t.tokens_NT, tok_N[:, None], (0, step)),
+        logp_NT=jax.lax.dynamic_update_slice(t.logp_NT, logp_N[:, None], (0, step)))
+    return s, t
 
-  init = dict(
-      step=jnp.zeros((), jnp.int32),
-      cache=state.cache,
-      lengths_N=state.lengths_N,
-      logits_NV=state.logits_NV,
-      active_N=~state.done_N & (state.lengths_N < n_slots),
-      finish_N=jnp.zeros((n,), jnp.int32),
-      tail_NM=jnp.full((n, tail_len), PAD, jnp.int32),
-      tokens_NT=jnp.full((n, max_new_tokens), PAD, jnp.int32),
-      logp_NT=jnp.zeros((n, max_new_tokens), jnp.float32),
-  )
-  c = jax.lax.while_loop(cond, body, _on_rows(init, mesh))
-  done_N = state.done_N | (c["finish_N"] == EOS) | (c["lengths_N"] >= n_slots)
-  new_state = state.replace(cache=c["cache"], lengths_N=c["lengths_N"], logits_NV=c["logits_NV"],
-                            done_N=done_N)
-  out = SampleOutput(tokens_NT=c["tokens_NT"], logp_NT=c["logp_NT"],
-                     lengths_N=c["lengths_N"] - state.lengths_N, finish_N=c["finish_N"])
-  return _on_rows(new_state, mesh), _on_rows(out, mesh)
+  state, turn = jax.lax.while_loop(cond, body, _on_rows((state, turn), mesh))
+  return _on_rows(state, mesh), _on_rows(turn, mesh)
