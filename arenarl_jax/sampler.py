@@ -8,8 +8,10 @@
     out, state = sampler.decode(state, settings, key2)
 
 Rows are N = B * G with row r belonging to prompt r // G; row 0 of each group is greedy when
-``settings.greedy_anchor``. Prompt and observation chunks are right-padded to a bucket length and
-the cache has a fixed length, so a whole multi-turn rollout compiles a few programs once.
+``settings.greedy_anchor``. Each prompt's keys/values are stored once, as a prefix shared by its G
+rows (decode reads them once per group); a row's own tokens (generated, observed) go to its own
+buffer, which grows along a few cache sizes as the row does. Prompt and observation chunks are
+right-padded to a bucket length, so a whole multi-turn rollout compiles a few programs once.
 """
 from __future__ import annotations
 
