@@ -19,6 +19,7 @@ from arenarl_jax import chat_format, tool_calls, tournament
 from arenarl_jax.judges import make_judge
 from arenarl_jax.models.loading import load_model, load_tokenizer
 from arenarl_jax.sampler import Sampler, SamplingSettings, finish_reasons, token_lists
+from arenarl_jax.sampling.buckets import cache_size_ladder
 from arenarl_jax.types import Step, Trajectory
 
 QUERIES = (
@@ -71,7 +72,10 @@ def run(config, workdir: str) -> dict:
       [{"role": "user", "content": q}], tools=TOOLS, add_generation_prompt=True))
              for q in queries]
   g = s.group_size
-  sampler = Sampler(model, cache_len=s.cache_len)
+  # A one-shot demo pays every compile once: a coarse ladder (128, 256, ...) compiles fewer
+  # programs than the default, which suits long training runs.
+  sampler = Sampler(model, cache_len=s.cache_len,
+                    cache_sizes=cache_size_ladder(s.cache_len, first=128, multiple=128))
   settings = SamplingSettings(temperature=s.temperature, top_p=s.top_p, top_k=s.top_k,
                               eos_ids=(tok.eos_id,), max_new_tokens=s.max_new_tokens)
   key = jax.random.key(config.seed)
