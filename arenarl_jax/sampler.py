@@ -39,8 +39,8 @@ class Sampler:
   ``cache_sizes`` that fits and grows to the next one when a row needs room, between turns and
   within a turn (decode pauses, the state moves, decoding resumes with the same tokens):
   attention reads every slot of the cache, so short rows stay cheap. Each size compiles its
-  programs once. The default ladder is ``cache_size_ladder(cache_len)`` (128, 192, 320, ...,
-  cache_len); ``cache_sizes=()`` keeps the cache at cache_len throughout.
+  programs once. The default ladder is ``cache_size_ladder(cache_len)`` (32, 64, 96, 160,
+  256, ..., cache_len); ``cache_sizes=()`` keeps the cache at cache_len throughout.
   """
 
   def __init__(self, model: nnx.Module, *, cache_len: int, buckets: Sequence[int] | None = None,
@@ -114,7 +114,8 @@ class Sampler:
     counts = np.asarray([len(t) for t in new_tokens])
     if not counts.any():
       return state
-    lengths, own = _lengths(state)
+    lengths, prompt_lengths = jax.device_get((state.lengths_N, state.cache.prefix.lengths_B))
+    own = _own_tokens(lengths, prompt_lengths)
     over = np.nonzero(lengths + counts > self.cache_len)[0]
     if over.size:
       r = int(over[0])
@@ -142,10 +143,12 @@ class Sampler:
     growing = len(self.cache_sizes) > 1
     while True:
       if growing:
-        step, active = jax.device_get((turn.step, turn.active_N))
+        # One host sync per segment: is the turn over, and how full are the active rows?
+        step, active, lengths, prompt_lengths = jax.device_get(
+            (turn.step, turn.active_N, state.lengths_N, state.cache.prefix.lengths_B))
         if step >= settings.max_new_tokens or not active.any():
           break
-        state = self._room(state, int(_lengths(state)[1][active].max()) + 1)
+        state = self._room(state, int(_own_tokens(lengths, prompt_lengths)[active].max()) + 1)
       state, turn = programs.decode(self.graphdef, self.params, state, turn, rows, key, **static)
       if not growing:
         break
@@ -161,11 +164,10 @@ class Sampler:
     return self.decode(state, settings, key, rows)
 
 
-def _lengths(state: SamplerState) -> tuple[np.ndarray, np.ndarray]:
-  """Host arrays: each row's tokens (prompt included) and the tokens in its own buffer."""
-  lengths, prompt_lengths = jax.device_get((state.lengths_N, state.cache.prefix.lengths_B))
-  lengths = np.asarray(lengths)
-  return lengths, lengths - np.repeat(prompt_lengths, len(lengths) // len(prompt_lengths))
+def _own_tokens(lengths_N: np.ndarray, prompt_lengths_B: np.ndarray) -> np.ndarray:
+  """Host copy of KVCache.start_N's rule: the tokens in each row's own buffer (after its prompt;
+  row n belongs to prompt n // G)."""
+  return lengths_N - np.repeat(prompt_lengths_B, len(lengths_N) // len(prompt_lengths_B))
 
 
 def sample(model: nnx.Module, prompts: Sequence[Sequence[int]], *, group_size: int,

@@ -88,9 +88,10 @@ class KVCache:
     return jnp.repeat(self.prefix.lengths_B, self.n_rows // self.prefix.lengths_B.shape[0],
                       total_repeat_length=self.n_rows)
 
-  def layer(self, i: int) -> LayerCache:
+  def layer(self, i: int, start_N: jax.Array | None = None) -> LayerCache:
+    """Layer i's view; pass ``start_N()`` when taking every layer, to build it once."""
     p = self.prefix
-    return LayerCache(self.k[i], self.v[i], self.start_N(),
+    return LayerCache(self.k[i], self.v[i], self.start_N() if start_N is None else start_N,
                       None if p is None else p.k[i], None if p is None else p.v[i],
                       None if p is None else p.lengths_B)
 

@@ -64,8 +64,9 @@ class Transformer(nnx.Module):
     x_NTD = jnp.take(self.embed[...], tokens_NT, axis=0)
     cos, sin = rope_tables(self.cfg, positions_NT)
     new_k, new_v = [], []
+    start_N = None if cache is None else cache.start_N()
     for i, layer in enumerate(self.layers):
-      kv = None if cache is None else cache.layer(i)
+      kv = None if cache is None else cache.layer(i, start_N)
       if not outputs and i == len(self.layers) - 1:
         _, k_NTKF, v_NTKF = layer.attn.project(layer.attn_norm(x_NTD), cos, sin)
         kv = kv.write(k_NTKF, v_NTKF, positions_NT)

@@ -26,8 +26,8 @@ PAD = -1  # token id in output slots past a row's generated tokens
 class SamplerState:
   """What the host rollout loop carries between turns (all rows on the 'data' axis).
 
-  lengths_N: tokens in each row (prompt included; = position of its next token); logits_NV: float32 logits
-  for that next token; done_N: the row is finished for good (EOS, cache full, or set by the host)
+  lengths_N: tokens in each row (prompt included; = position of its next token); logits_NV:
+  float32 logits for that next token; done_N: the row is finished for good (EOS, cache full, or set by the host)
   and is skipped by decode. group_size says which rows are greedy anchors.
   """
 
@@ -105,7 +105,7 @@ def extend(graphdef, params, state: SamplerState, tokens_NT, counts_N, *,
 
 @functools.partial(jax.jit, static_argnames=("n_slots", "mesh"))
 def resize(state: SamplerState, *, n_slots: int, mesh: Mesh | None = None) -> SamplerState:
-  """Moves the state to a cache of ``n_slots`` slots (a larger bucket when rows need room)."""
+  """Moves the state to row buffers of ``n_slots`` slots (the next size when rows need room)."""
   return _on_rows(state.replace(cache=state.cache.resize(n_slots)), mesh)
 
 
