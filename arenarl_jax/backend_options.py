@@ -31,6 +31,12 @@ def _use_cpu_options() -> bool:
   return not any(name in os.environ.get("XLA_FLAGS", "") for name in CPU_OPTIONS)
 
 
+def feature_major_decode() -> bool:
+  """Whether decode runs one token per row with the weights as the left matmul operand
+  (``models.token_step``): on CPU, where the matmul library repacks its right operand per call."""
+  return jax.default_backend() == "cpu"
+
+
 def program(fn=None, **jit_kwargs):
   """``jax.jit(fn, **jit_kwargs)``, compiled with ``CPU_OPTIONS`` when running on CPU."""
   if fn is None:

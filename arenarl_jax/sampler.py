@@ -22,6 +22,8 @@ import numpy as np
 from flax import nnx
 from jax.sharding import Mesh
 
+from arenarl_jax import backend_options
+from arenarl_jax.models import token_step
 from arenarl_jax.sampling import programs
 from arenarl_jax.sampling.buckets import (bucket_length, cache_size_ladder, pad_rows,
                                           power_of_two_buckets)
@@ -41,10 +43,13 @@ class Sampler:
   attention reads every slot of the cache, so short rows stay cheap. Each size compiles its
   programs once. The default ladder is ``cache_size_ladder(cache_len)`` (32, 64, 96, 160,
   256, ..., cache_len); ``cache_sizes=()`` keeps the cache at cache_len throughout.
+  ``feature_major``: decode steps with ``models.token_step`` (True), with ``model(...)`` (False),
+  or as ``backend_options.feature_major_decode`` says for this backend (None: on CPU).
   """
 
   def __init__(self, model: nnx.Module, *, cache_len: int, buckets: Sequence[int] | None = None,
-               cache_sizes: Sequence[int] | None = None, mesh: Mesh | None = None):
+               cache_sizes: Sequence[int] | None = None, mesh: Mesh | None = None,
+               feature_major: bool | None = None):
     self.graphdef, self.params = nnx.split(model)
     self.cfg = model.cfg
     self.cache_len = int(cache_len)
@@ -58,6 +63,9 @@ class Sampler:
       raise ValueError(f"cache_sizes {self.cache_sizes} must lie in [1, cache_len="
                        f"{self.cache_len}]")
     self.mesh = mesh
+    self.feature_major = feature_major
+    self._kernels = None  # feature-major decode: the transposed kernels of self.params
+    self._transformer = token_step.supports(model)
 
   def _cache_size(self, need: int) -> int:
     """The smallest cache size holding ``need`` tokens (cache_len at most)."""
@@ -73,6 +81,19 @@ class Sampler:
   def set_params(self, params: nnx.State) -> None:
     """New weights (e.g. after a train step); same structure, so nothing recompiles."""
     self.params = params
+    self._kernels = None
+
+  def _decode_kernels(self):
+    """The [out, in] kernel copies feature-major decode reads, made once per set of weights
+    (one weight-sized buffer; None when decode steps with ``model(...)``)."""
+    use = self.feature_major
+    if use is None:
+      use = backend_options.feature_major_decode() and self._transformer
+    if not use:
+      return None
+    if self._kernels is None:
+      self._kernels = programs.transpose_kernels(self.graphdef, self.params)
+    return self._kernels
 
   def _check_tokens(self, rows: Sequence[Sequence[int]], what: str) -> None:
     for i, row in enumerate(rows):
@@ -139,8 +160,10 @@ class Sampler:
                                max_new_tokens=settings.max_new_tokens, tail_len=tail_len,
                                cache_len=self.cache_len, mesh=self.mesh)
     static = dict(eos_ids=settings.eos_ids, stop_sequences=settings.stop_sequences,
-                  max_new_tokens=settings.max_new_tokens, cache_len=self.cache_len, mesh=self.mesh)
+                  max_new_tokens=settings.max_new_tokens, cache_len=self.cache_len, mesh=self.mesh,
+                  feature_major=self.feature_major)
     growing = len(self.cache_sizes) > 1
+    kernels = self._decode_kernels()
     while True:
       if growing:
         # One host sync per segment: is the turn over, and how full are the active rows?
@@ -149,7 +172,8 @@ class Sampler:
         if step >= settings.max_new_tokens or not active.any():
           break
         state = self._room(state, int(_own_tokens(lengths, prompt_lengths)[active].max()) + 1)
-      state, turn = programs.decode(self.graphdef, self.params, state, turn, rows, key, **static)
+      state, turn = programs.decode(self.graphdef, self.params, state, turn, rows, key, kernels,
+                                    **static)
       if not growing:
         break
     done_N, out = programs.end_turn(state.lengths_N, state.done_N, turn, cache_len=self.cache_len,

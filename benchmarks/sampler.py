@@ -10,7 +10,8 @@ transformers: `generate` on the same 32 rows (torch CPU, greedy, EOS ignored) wi
 each in its own worker process (so this process's peak RSS stays ours), and the faster counts; a
 run stops after --hf-max-time seconds (torch with 2 threads can collapse on a busy machine) and
 then counts the tokens it made. Ceiling: the decode step's matmuls alone (q/k/v/o, gate/up/down of
-every layer, then the tied head, chained, at 32 rows); ceiling tok/s = rows / matmul time. On a
+every layer, then the tied head, chained, at 32 rows, in the form decode uses: feature-major on
+CPU, see models/token_step.py); ceiling tok/s = rows / matmul time. On a
 shared machine the load changes from minute to minute, so each repeat runs ours, the ceiling and
 both transformers workers back to back and the medians over repeats are compared. llama.cpp:
 single stream (one prompt, 128 tokens) when `llama_cpp` imports. Ends with one ``RESULT`` line.
@@ -45,21 +46,29 @@ def make_prompts(n: int, length: int) -> list[list[int]]:
   return [ids[3 * i: 3 * i + length] for i in range(n)]
 
 
-def matmul_ceiling_fn(model, rows: int):
-  """One decode step's weight matmuls, chained layer by layer, at ``rows`` rows."""
+def matmul_ceiling_fn(model, rows: int, feature_major: bool):
+  """One decode step's weight matmuls, chained layer by layer, at ``rows`` rows, in the form the
+  sampler's decode uses: ``x[N, D] @ W[D, E]``, or feature-major ``Wt[E, D] @ x[D, N]`` with the
+  transposed kernels made beforehand (``models.token_step``)."""
   cfg = model.cfg
   layers = [tuple(k.kernel[...] for k in (l.attn.q, l.attn.k, l.attn.v, l.attn.o, l.mlp.gate,
                                           l.mlp.up, l.mlp.down)) for l in model.layers]
   head = model.embed[...] if model.lm_head is None else model.lm_head.kernel[...].T
   x_ND = jax.random.normal(jax.random.key(0), (rows, cfg.d_model), jnp.float32)
+  if feature_major:
+    layers = [tuple(w.T.copy() for w in ws) for ws in layers]
+    x_ND = x_ND.T.copy()  # [D, N]
+
+  def mm(a, b):  # as token_step: a barrier keeps XLA from refolding the transposed form
+    return jax.lax.optimization_barrier(a @ b) if feature_major else a @ b
 
   @backend_options.program  # compiled exactly as the sampler's programs are
-  def run(layers, head, x_ND):
+  def run(layers, head, x):
     for wq, wk, wv, wo, wg, wu, wd in layers:
-      q, k, v = x_ND @ wq, x_ND @ wk, x_ND @ wv
-      x_ND = x_ND + q @ wo + 1e-9 * (k.sum() + v.sum())
-      x_ND = x_ND + (x_ND @ wg * (x_ND @ wu)) @ wd
-    return jnp.einsum("nd,vd->nv", x_ND, head)
+      q, k, v = (mm(wq, x), mm(wk, x), mm(wv, x)) if feature_major else (x @ wq, x @ wk, x @ wv)
+      x = x + (mm(wo, q) if feature_major else q @ wo) + 1e-9 * (k.sum() + v.sum())
+      x = x + (mm(wd, mm(wg, x) * mm(wu, x)) if feature_major else (x @ wg * (x @ wu)) @ wd)
+    return mm(head, x) if feature_major else jnp.einsum("nd,vd->nv", x, head)
 
   return lambda: run(layers, head, x_ND).block_until_ready()
 
@@ -157,15 +166,21 @@ def main():
   def ours():
     out, _ = sampler.sample(prompts, group_size=args.group, settings=settings, key=next(keys))
     assert int(out.lengths_N.min()) == new
-  ceiling = matmul_ceiling_fn(model, rows)
+  feature_major = backend_options.feature_major_decode()
+  ceiling = matmul_ceiling_fn(model, rows, feature_major)
+  # For reference only: the same matmuls in the other form (the one decode does not use).
+  other_ceiling = matmul_ceiling_fn(model, rows, not feature_major)
+  print(f"decode and ceiling matmuls: {'feature-major' if feature_major else 'rows-first'}",
+        flush=True)
   start = time.perf_counter()
   ours()
   ceiling()
+  other_ceiling()
   print(f"compile + first run: {time.perf_counter() - start:.1f} s", flush=True)
   workers = [] if args.skip_transformers else [TransformersWorker(t, args) for t in (1, 2)]
   for worker in workers:
     worker.run(2, args.hf_max_time)  # warm-up
-  tok_s = {"ours": [], "ceiling": [], "hf1": [], "hf2": []}
+  tok_s = {"ours": [], "ceiling": [], "other_form": [], "hf1": [], "hf2": []}
   cpu_ms_per_step = {"ours": [], "hf1": [], "hf2": []}
   for rep in range(args.repeats):
     cpu = time.process_time()
@@ -173,6 +188,7 @@ def main():
     cpu_ms_per_step["ours"].append((time.process_time() - cpu) / new * 1e3)
     tok_s["ours"].append(rows * new / t)
     tok_s["ceiling"].append(rows / timing.median_time(ceiling, 5))
+    tok_s["other_form"].append(rows / timing.median_time(other_ceiling, 5))
     for worker in workers:
       generated, wall, cpu = worker.run(new, args.hf_max_time)
       tok_s[f"hf{worker.threads}"].append(rows * generated / wall)

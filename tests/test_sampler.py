@@ -201,6 +201,19 @@ def test_one_shot_sample_matches_the_sampler(tiny):
   np.testing.assert_array_equal(out.logp_NT, ref.logp_NT)
 
 
+def test_feature_major_decode_samples_what_the_model_call_samples(tiny):
+  """models.token_step (CPU default) and model(...) steps: same tokens, log-probs within 1e-5."""
+  settings = SamplingSettings(temperature=1.5, max_new_tokens=12)
+  prompts = [[5, 6, 7, 8], [9, 10]]
+  outs = [Sampler(tiny, cache_len=64, feature_major=fm).sample(
+      prompts, group_size=4, settings=settings, key=jax.random.key(5))[0] for fm in (True, False)]
+  np.testing.assert_array_equal(outs[0].tokens_NT, outs[1].tokens_NT)
+  np.testing.assert_allclose(outs[0].logp_NT, outs[1].logp_NT, atol=1e-5, rtol=0)
+  with pytest.raises(ValueError, match="needs a Transformer"):
+    Sampler(PlusOne(), cache_len=16, feature_major=True).sample(
+        [[1, 2]], group_size=1, settings=settings, key=jax.random.key(0))
+
+
 def test_multi_turn_equals_a_fresh_prefill_of_the_whole_history(tiny):
   sampler = Sampler(tiny, cache_len=64)
   settings = SamplingSettings(temperature=1.0, max_new_tokens=7)

@@ -87,22 +87,32 @@ class Attention(nnx.Module):
 
   def project(self, x_NTD, cos_NTF, sin_NTF):
     """Queries [N, T, H, F], keys and values [N, T, K, F], with q/k norm and RoPE applied."""
+    return self.heads(self.q(x_NTD), self.k(x_NTD), self.v(x_NTD), cos_NTF, sin_NTF)
+
+  def heads(self, q_NTE, k_NTE, v_NTE, cos_NTF, sin_NTF):
+    """The projections' outputs (E = heads x F) split into heads, q/k norm and RoPE applied."""
     cfg = self.cfg
-    n, t, _ = x_NTD.shape
-    q_NTHF = self.q(x_NTD).reshape(n, t, cfg.n_heads, cfg.head_dim)
-    k_NTKF = self.k(x_NTD).reshape(n, t, cfg.n_kv_heads, cfg.head_dim)
-    v_NTKF = self.v(x_NTD).reshape(n, t, cfg.n_kv_heads, cfg.head_dim)
+    n, t, _ = q_NTE.shape
+    q_NTHF = q_NTE.reshape(n, t, cfg.n_heads, cfg.head_dim)
+    k_NTKF = k_NTE.reshape(n, t, cfg.n_kv_heads, cfg.head_dim)
+    v_NTKF = v_NTE.reshape(n, t, cfg.n_kv_heads, cfg.head_dim)
     if self.q_norm is not None:
       q_NTHF, k_NTKF = self.q_norm(q_NTHF), self.k_norm(k_NTKF)
     return apply_rope(q_NTHF, cos_NTF, sin_NTF), apply_rope(k_NTKF, cos_NTF, sin_NTF), v_NTKF
 
   def __call__(self, x_NTD, cos_NTF, sin_NTF, positions_NT, *, mask_NT=None, cache_kv=None):
     """Returns (out_NTD, (k_NKFS, v_NKSF) or None); ``cache_kv`` is a kv_cache.LayerCache."""
-    cfg = self.cfg
     n, t, _ = x_NTD.shape
-    heads, kv, hd = cfg.n_heads, cfg.n_kv_heads, cfg.head_dim
-    q_NTHF, k_NTKF, v_NTKF = self.project(x_NTD, cos_NTF, sin_NTF)
-    q_NTKRF = q_NTHF.reshape(n, t, kv, heads // kv, hd)
+    out_NTKRF, new_cache = self.mix(*self.project(x_NTD, cos_NTF, sin_NTF), positions_NT,
+                                    mask_NT=mask_NT, cache_kv=cache_kv)
+    return self.o(out_NTKRF.reshape(n, t, -1)), new_cache
+
+  def mix(self, q_NTHF, k_NTKF, v_NTKF, positions_NT, *, mask_NT=None, cache_kv=None):
+    """Attention of projected heads: (out [N, T, K, R, F], (k_NKFS, v_NKSF) or None)."""
+    cfg = self.cfg
+    n, t = q_NTHF.shape[:2]
+    kv = cfg.n_kv_heads
+    q_NTKRF = q_NTHF.reshape(n, t, kv, cfg.n_heads // kv, cfg.head_dim)
     prefix = None
 
     if cache_kv is None:
@@ -123,5 +133,4 @@ class Attention(nnx.Module):
         prefix = (cache_kv.prefix_k, cache_kv.prefix_v,
                   slots_P[None, :] < cache_kv.prefix_lengths_B[:, None])
       new_cache = (k_NKFS, v_NKSF)
-    out_NTKRF = attend(q_NTKRF, k_NKFS, v_NKSF, visible_NTS, prefix)
-    return self.o(out_NTKRF.reshape(n, t, heads * hd)), new_cache
+    return attend(q_NTKRF, k_NKFS, v_NKSF, visible_NTS, prefix), new_cache

@@ -15,6 +15,7 @@ from flax import nnx
 from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 
 from arenarl_jax import backend_options
+from arenarl_jax.models import token_step
 from arenarl_jax.models.kv_cache import KVCache, SharedPrefix
 from arenarl_jax.sampling import choose
 from arenarl_jax.sampling.settings import EOS, LENGTH, NONE, STOP, RowSettings
@@ -162,14 +163,20 @@ def end_turn(lengths_N, done_N, turn: TurnState, *, cache_len: int,
   return _on_rows(done_N, mesh), _on_rows(out, mesh)
 
 
+@backend_options.program(static_argnames=("graphdef",))
+def transpose_kernels(graphdef, params):
+  """``token_step.transposed_kernels`` of the model, as one program (the sampler keeps them)."""
+  return token_step.transposed_kernels(nnx.merge(graphdef, params))
+
+
 @backend_options.program(
     static_argnames=("graphdef", "eos_ids", "stop_sequences", "max_new_tokens", "cache_len",
-                     "mesh"),
+                     "mesh", "feature_major"),
     donate_argnames=("state", "turn"))
-def decode(graphdef, params, state: SamplerState, turn: TurnState, rows: RowSettings, key, *,
-           eos_ids: tuple[int, ...], stop_sequences: tuple[tuple[int, ...], ...],
-           max_new_tokens: int, cache_len: int,
-           mesh: Mesh | None = None) -> tuple[SamplerState, TurnState]:
+def decode(graphdef, params, state: SamplerState, turn: TurnState, rows: RowSettings, key,
+           kernels=None, *, eos_ids: tuple[int, ...], stop_sequences: tuple[tuple[int, ...], ...],
+           max_new_tokens: int, cache_len: int, mesh: Mesh | None = None,
+           feature_major: bool | None = None) -> tuple[SamplerState, TurnState]:
   """One segment of a turn: a lax.while_loop of sample -> feed over the cache as it is.
 
   Each step samples from the carried logits, then feeds the token at the row's position, so a
@@ -179,8 +186,17 @@ def decode(graphdef, params, state: SamplerState, turn: TurnState, rows: RowSett
   cache smaller than cache_len: the host then moves the state to a larger cache and calls again.
   Attention reads every slot of the cache, so growing it within a turn keeps early steps cheap.
   Step k always uses fold_in(key, k): pausing does not change what is sampled.
+  ``feature_major`` (default: on CPU, for the library's Transformer) runs each step with
+  ``models.token_step`` (weights as the left matmul operand) instead of ``model(...)``, using
+  ``kernels`` from ``transpose_kernels`` (made here, once per call, when not given).
   """
   model = nnx.merge(graphdef, params)
+  if feature_major is None:
+    feature_major = backend_options.feature_major_decode() and token_step.supports(model)
+  elif feature_major and not token_step.supports(model):
+    raise ValueError(f"feature_major decode needs a Transformer, got {type(model).__name__}")
+  if feature_major and kernels is None:
+    kernels = token_step.transposed_kernels(model)
   n_slots = state.cache.n_slots
   eos_E = jnp.asarray(eos_ids or (PAD,), jnp.int32)
 
@@ -205,10 +221,15 @@ def decode(graphdef, params, state: SamplerState, turn: TurnState, rows: RowSett
                   jnp.where((step + 1 >= max_new_tokens) | (lengths_N >= cache_len), LENGTH,
                             NONE)))
     reason_N = jnp.where(active_N, reason_N, NONE)
-    logits_N1V, cache = model(jnp.maximum(tok_N, 0)[:, None], s.lengths_N[:, None],
-                              cache=s.cache)
+    if feature_major:
+      logits_NV, cache = token_step.step(model, kernels, jnp.maximum(tok_N, 0), s.lengths_N,
+                                         s.cache)
+    else:
+      logits_N1V, cache = model(jnp.maximum(tok_N, 0)[:, None], s.lengths_N[:, None],
+                                cache=s.cache)
+      logits_NV = logits_N1V[:, 0]
     s = s.replace(cache=cache, lengths_N=lengths_N,
-                  logits_NV=jnp.where(active_N[:, None], logits_N1V[:, 0], s.logits_NV))
+                  logits_NV=jnp.where(active_N[:, None], logits_NV, s.logits_NV))
     t = t.replace(
         step=step + 1,
         active_N=active_N & (reason_N == NONE),

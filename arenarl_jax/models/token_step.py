@@ -1,0 +1,86 @@
+"""One token per row through the transformer with feature-major activations [D, N] (decode).
+
+Why: at decode each weight matmul has only N rows (32 in the sampler benchmark). XLA:CPU's
+matmul library packs the right-hand operand on every call, so the usual ``x[N, D] @ W[D, E]``
+repacks the whole weight matrix at every step, and that packing costs as much as the
+arithmetic. Written as ``Wt[E, D] @ x[D, N]`` the weights are the left operand, read as stored,
+and only the small activations are packed: the 30 layers' matmuls plus the head of SmolLM2-135M
+at N = 32 measured 102.9 -> 63.7 ms on the 2-core development CPU (benchmarks/README.md).
+
+``transposed_kernels`` makes the [out, in] copies once per decode call (outside the loop; they
+cost one weight-sized buffer). Activations stay [D, N] through norms, projections, the MLP and
+the head; only the heads' small [N, ...] views go through ``Attention.heads`` / ``mix`` (q/k
+norm, RoPE, cache write, attention), so the attention math is the model's own. The result equals
+``model(tokens_N1, positions_N1, cache=cache)`` up to float rounding (tests check it).
+"""
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+
+from arenarl_jax.models.kv_cache import KVCache
+from arenarl_jax.models.rope import rope_tables
+from arenarl_jax.models.transformer import Transformer
+
+_LAYER_KERNELS = (("attn", "q"), ("attn", "k"), ("attn", "v"), ("attn", "o"), ("mlp", "gate"),
+                  ("mlp", "up"), ("mlp", "down"))
+
+
+def supports(model) -> bool:
+  """Only the library's Transformer (other models just follow the call contract)."""
+  return isinstance(model, Transformer)
+
+
+def transposed_kernels(model) -> tuple[tuple[tuple[jax.Array, ...], ...], jax.Array]:
+  """(per layer the q, k, v, o, gate, up, down kernels as [out, in], the head as [V, D])."""
+  layers = tuple(tuple(getattr(getattr(layer, part), name).kernel[...].T
+                       for part, name in _LAYER_KERNELS) for layer in model.layers)
+  head = model.embed[...] if model.lm_head is None else model.lm_head.kernel[...].T
+  return layers, head
+
+
+def _matmul(w_ED, x_DN, dtype=None):
+  """w @ x. The barrier keeps XLA from folding a following transpose into the product, which
+  would turn it back into the slow (activations-first) form."""
+  return jax.lax.optimization_barrier(
+      jax.lax.dot_general(w_ED, x_DN, (((1,), (0,)), ((), ())), preferred_element_type=dtype))
+
+
+def _linear(linear, w_ED, x_DN):
+  """A Linear layer on feature-major activations: [E, N] (its bias, if any, added per row)."""
+  y_EN = _matmul(w_ED, x_DN)
+  return y_EN + linear.bias[...][:, None] if linear.bias is not None else y_EN
+
+
+def _norm(norm, x_DN):
+  """RMSNorm over the feature axis 0, in float32 as ``RMSNorm`` computes it."""
+  x32 = x_DN.astype(jnp.float32)
+  y = x32 * jax.lax.rsqrt(jnp.mean(x32 * x32, axis=0, keepdims=True) + norm.eps)
+  return (y * norm.scale[...].astype(jnp.float32)[:, None]).astype(x_DN.dtype)
+
+
+def step(model, kernels, tokens_N, positions_N, cache: KVCache):
+  """(logits [N, V] float32, cache) for one token per row at its position (see module doc)."""
+  layers_t, head_VD = kernels
+  n = tokens_N.shape[0]
+  positions_N1 = positions_N[:, None]
+  x_DN = jnp.take(model.embed[...], tokens_N, axis=0).T
+  cos, sin = rope_tables(model.cfg, positions_N1)
+  start_N = cache.start_N()
+  new_k, new_v = [], []
+  for i, (layer, (wq, wk, wv, wo, wg, wu, wd)) in enumerate(zip(model.layers, layers_t)):
+    attn = layer.attn
+    h_DN = _norm(layer.attn_norm, x_DN)
+    rows = lambda y_EN: y_EN.T[:, None]  # [E, N] -> [N, 1, E]
+    q, k, v = attn.heads(rows(_linear(attn.q, wq, h_DN)), rows(_linear(attn.k, wk, h_DN)),
+                         rows(_linear(attn.v, wv, h_DN)), cos, sin)
+    out_N1KRF, (k_NKFS, v_NKSF) = attn.mix(q, k, v, positions_N1,
+                                           cache_kv=cache.layer(i, start_N))
+    new_k.append(k_NKFS)
+    new_v.append(v_NKSF)
+    x_DN = x_DN + _linear(attn.o, wo, out_N1KRF.reshape(n, -1).T)
+    h_DN = _norm(layer.mlp_norm, x_DN)
+    x_DN = x_DN + _matmul(wd, jax.nn.silu(_matmul(wg, h_DN)) * _matmul(wu, h_DN))
+  h_DN = _norm(model.final_norm, x_DN)
+  logits_VN = _matmul(head_VD, h_DN, jnp.float32)
+  return logits_VN.T, cache.replace(k=tuple(new_k), v=tuple(new_v))
