@@ -91,6 +91,9 @@ class Sampler:
       use = backend_options.feature_major_decode() and self._transformer
     if not use:
       return None
+    if not self._transformer:
+      raise ValueError(f"feature_major decode needs a Transformer, got "
+                       f"{type(nnx.merge(self.graphdef, self.params)).__name__}")
     if self._kernels is None:
       self._kernels = programs.transpose_kernels(self.graphdef, self.params)
     return self._kernels

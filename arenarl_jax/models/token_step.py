@@ -27,8 +27,9 @@ _LAYER_KERNELS = (("attn", "q"), ("attn", "k"), ("attn", "v"), ("attn", "o"), ("
 
 
 def supports(model) -> bool:
-  """Only the library's Transformer (other models just follow the call contract)."""
-  return isinstance(model, Transformer)
+  """Only the library's Transformer itself: other models (and subclasses, which may override
+  ``hidden`` or ``head``) are only known to follow the call contract."""
+  return type(model) is Transformer  # pylint: disable=unidiomatic-typecheck
 
 
 def transposed_kernels(model) -> tuple[tuple[tuple[jax.Array, ...], ...], jax.Array]:

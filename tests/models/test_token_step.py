@@ -48,7 +48,7 @@ def test_step_without_a_prefix_and_with_a_non_transformer():
   """A plain cache (no shared prefix) works too; models that only follow the call contract are
   not supported (the sampler then uses ``model(...)``)."""
   from arenarl_jax.models import config
-  from arenarl_jax.models.transformer import make_model
+  from arenarl_jax.models.transformer import Transformer, make_model
   cfg = config.ModelConfig(vocab_size=50, d_model=32, n_layers=2, n_heads=4, n_kv_heads=2,
                            head_dim=8, ffn_dim=64)
   model = make_model(cfg, seed=1)
@@ -58,3 +58,6 @@ def test_step_without_a_prefix_and_with_a_non_transformer():
                                     jnp.asarray([4, 4], jnp.int32), cache)
   np.testing.assert_allclose(np.asarray(got), np.asarray(want), atol=2e-5, rtol=0)
   assert not token_step.supports(nnx.Linear(2, 2, rngs=nnx.Rngs(0)))
+  # A subclass may override hidden/head (the judge tests' scripted model does): not supported.
+  subclass = type("Scripted", (Transformer,), {})
+  assert not token_step.supports(subclass(cfg, rngs=nnx.Rngs(params=0)))
