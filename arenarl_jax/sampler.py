@@ -63,9 +63,12 @@ class Sampler:
       raise ValueError(f"cache_sizes {self.cache_sizes} must lie in [1, cache_len="
                        f"{self.cache_len}]")
     self.mesh = mesh
-    self.feature_major = feature_major
+    if feature_major is None:
+      feature_major = backend_options.feature_major_decode() and token_step.supports(model)
+    elif feature_major and not token_step.supports(model):
+      raise ValueError(f"feature_major decode needs a Transformer, got {type(model).__name__}")
+    self.feature_major = bool(feature_major)
     self._kernels = None  # feature-major decode: the transposed kernels of self.params
-    self._transformer = token_step.supports(model)
 
   def _cache_size(self, need: int) -> int:
     """The smallest cache size holding ``need`` tokens (cache_len at most)."""
@@ -86,14 +89,8 @@ class Sampler:
   def _decode_kernels(self):
     """The [out, in] kernel copies feature-major decode reads, made once per set of weights
     (one weight-sized buffer; None when decode steps with ``model(...)``)."""
-    use = self.feature_major
-    if use is None:
-      use = backend_options.feature_major_decode() and self._transformer
-    if not use:
+    if not self.feature_major:
       return None
-    if not self._transformer:
-      raise ValueError(f"feature_major decode needs a Transformer, got "
-                       f"{type(nnx.merge(self.graphdef, self.params)).__name__}")
     if self._kernels is None:
       self._kernels = programs.transpose_kernels(self.graphdef, self.params)
     return self._kernels
@@ -163,8 +160,7 @@ class Sampler:
                                max_new_tokens=settings.max_new_tokens, tail_len=tail_len,
                                cache_len=self.cache_len, mesh=self.mesh)
     static = dict(eos_ids=settings.eos_ids, stop_sequences=settings.stop_sequences,
-                  max_new_tokens=settings.max_new_tokens, cache_len=self.cache_len, mesh=self.mesh,
-                  feature_major=self.feature_major)
+                  max_new_tokens=settings.max_new_tokens, cache_len=self.cache_len, mesh=self.mesh)
     growing = len(self.cache_sizes) > 1
     kernels = self._decode_kernels()
     while True:

@@ -29,6 +29,7 @@ import jax
 import jax.numpy as jnp
 
 from arenarl_jax import backend_options
+from arenarl_jax.models import token_step
 from arenarl_jax.models.embedded import find_smollm2_gguf
 from arenarl_jax.models.loading import load_model
 from arenarl_jax.sampler import Sampler, SamplingSettings
@@ -56,7 +57,7 @@ def matmul_ceiling_fn(model, rows: int, feature_major: bool):
   head = model.embed[...] if model.lm_head is None else model.lm_head.kernel[...].T
   x_ND = jax.random.normal(jax.random.key(0), (rows, cfg.d_model), jnp.float32)
   if feature_major:
-    layers = [tuple(w.T.copy() for w in ws) for ws in layers]
+    layers, head = token_step.transposed_kernels(model)
     x_ND = x_ND.T.copy()  # [D, N]
 
   def mm(a, b):  # as token_step: a barrier keeps XLA from refolding the transposed form

@@ -13,10 +13,13 @@ class RMSNorm(nnx.Module):
     self.scale = nnx.Param(jnp.ones((dim,), dtype))
     self.eps = eps
 
-  def __call__(self, x):
+  def __call__(self, x, axis: int = -1):
+    """Normalises over ``axis`` (the features; 0 for feature-major activations [D, N])."""
     x32 = x.astype(jnp.float32)
-    y = x32 * jax.lax.rsqrt(jnp.mean(x32 * x32, axis=-1, keepdims=True) + self.eps)
-    return (y * self.scale[...].astype(jnp.float32)).astype(x.dtype)
+    y = x32 * jax.lax.rsqrt(jnp.mean(x32 * x32, axis=axis, keepdims=True) + self.eps)
+    shape = [1] * x.ndim
+    shape[axis] = -1
+    return (y * self.scale[...].astype(jnp.float32).reshape(shape)).astype(x.dtype)
 
 
 class Linear(nnx.Module):

@@ -7,8 +7,8 @@ arithmetic. Written as ``Wt[E, D] @ x[D, N]`` the weights are the left operand, 
 and only the small activations are packed: the 30 layers' matmuls plus the head of SmolLM2-135M
 at N = 32 measured 102.9 -> 63.7 ms on the 2-core development CPU (benchmarks/README.md).
 
-``transposed_kernels`` makes the [out, in] copies once per decode call (outside the loop; they
-cost one weight-sized buffer). Activations stay [D, N] through norms, projections, the MLP and
+``transposed_kernels`` makes the [out, in] copies (one weight-sized buffer; the Sampler makes
+them once per set of weights). Activations stay [D, N] through norms, projections, the MLP and
 the head; only the heads' small [N, ...] views go through ``Attention.heads`` / ``mix`` (q/k
 norm, RoPE, cache write, attention), so the attention math is the model's own. The result equals
 ``model(tokens_N1, positions_N1, cache=cache)`` up to float rounding (tests check it).
@@ -53,11 +53,9 @@ def _linear(linear, w_ED, x_DN):
   return y_EN + linear.bias[...][:, None] if linear.bias is not None else y_EN
 
 
-def _norm(norm, x_DN):
-  """RMSNorm over the feature axis 0, in float32 as ``RMSNorm`` computes it."""
-  x32 = x_DN.astype(jnp.float32)
-  y = x32 * jax.lax.rsqrt(jnp.mean(x32 * x32, axis=0, keepdims=True) + norm.eps)
-  return (y * norm.scale[...].astype(jnp.float32)[:, None]).astype(x_DN.dtype)
+def _rows(y_EN):
+  """[E, N] -> [N, 1, E]: a projection's output in the layout ``Attention.heads`` takes."""
+  return y_EN.T[:, None]
 
 
 def step(model, kernels, tokens_N, positions_N, cache: KVCache):
@@ -71,17 +69,16 @@ def step(model, kernels, tokens_N, positions_N, cache: KVCache):
   new_k, new_v = [], []
   for i, (layer, (wq, wk, wv, wo, wg, wu, wd)) in enumerate(zip(model.layers, layers_t)):
     attn = layer.attn
-    h_DN = _norm(layer.attn_norm, x_DN)
-    rows = lambda y_EN: y_EN.T[:, None]  # [E, N] -> [N, 1, E]
-    q, k, v = attn.heads(rows(_linear(attn.q, wq, h_DN)), rows(_linear(attn.k, wk, h_DN)),
-                         rows(_linear(attn.v, wv, h_DN)), cos, sin)
+    h_DN = layer.attn_norm(x_DN, axis=0)
+    q, k, v = attn.heads(_rows(_linear(attn.q, wq, h_DN)), _rows(_linear(attn.k, wk, h_DN)),
+                         _rows(_linear(attn.v, wv, h_DN)), cos, sin)
     out_N1KRF, (k_NKFS, v_NKSF) = attn.mix(q, k, v, positions_N1,
                                            cache_kv=cache.layer(i, start_N))
     new_k.append(k_NKFS)
     new_v.append(v_NKSF)
     x_DN = x_DN + _linear(attn.o, wo, out_N1KRF.reshape(n, -1).T)
-    h_DN = _norm(layer.mlp_norm, x_DN)
+    h_DN = layer.mlp_norm(x_DN, axis=0)
     x_DN = x_DN + _matmul(wd, jax.nn.silu(_matmul(wg, h_DN)) * _matmul(wu, h_DN))
-  h_DN = _norm(model.final_norm, x_DN)
+  h_DN = model.final_norm(x_DN, axis=0)
   logits_VN = _matmul(head_VD, h_DN, jnp.float32)
   return logits_VN.T, cache.replace(k=tuple(new_k), v=tuple(new_v))

@@ -171,12 +171,12 @@ def transpose_kernels(graphdef, params):
 
 @backend_options.program(
     static_argnames=("graphdef", "eos_ids", "stop_sequences", "max_new_tokens", "cache_len",
-                     "mesh", "feature_major"),
+                     "mesh"),
     donate_argnames=("state", "turn"))
 def decode(graphdef, params, state: SamplerState, turn: TurnState, rows: RowSettings, key,
            kernels=None, *, eos_ids: tuple[int, ...], stop_sequences: tuple[tuple[int, ...], ...],
-           max_new_tokens: int, cache_len: int, mesh: Mesh | None = None,
-           feature_major: bool | None = None) -> tuple[SamplerState, TurnState]:
+           max_new_tokens: int, cache_len: int,
+           mesh: Mesh | None = None) -> tuple[SamplerState, TurnState]:
   """One segment of a turn: a lax.while_loop of sample -> feed over the cache as it is.
 
   Each step samples from the carried logits, then feeds the token at the row's position, so a
@@ -186,17 +186,10 @@ def decode(graphdef, params, state: SamplerState, turn: TurnState, rows: RowSett
   cache smaller than cache_len: the host then moves the state to a larger cache and calls again.
   Attention reads every slot of the cache, so growing it within a turn keeps early steps cheap.
   Step k always uses fold_in(key, k): pausing does not change what is sampled.
-  ``feature_major`` (default: on CPU, for the library's Transformer) runs each step with
-  ``models.token_step`` (weights as the left matmul operand) instead of ``model(...)``, using
-  ``kernels`` from ``transpose_kernels`` (made here, once per call, when not given).
+  Given ``kernels`` (from ``transpose_kernels``), each step runs feature-major with
+  ``models.token_step`` (weights as the left matmul operand); without, it calls ``model(...)``.
   """
   model = nnx.merge(graphdef, params)
-  if feature_major is None:
-    feature_major = backend_options.feature_major_decode() and token_step.supports(model)
-  elif feature_major and not token_step.supports(model):
-    raise ValueError(f"feature_major decode needs a Transformer, got {type(model).__name__}")
-  if feature_major and kernels is None:
-    kernels = token_step.transposed_kernels(model)
   n_slots = state.cache.n_slots
   eos_E = jnp.asarray(eos_ids or (PAD,), jnp.int32)
 
@@ -221,7 +214,7 @@ def decode(graphdef, params, state: SamplerState, turn: TurnState, rows: RowSett
                   jnp.where((step + 1 >= max_new_tokens) | (lengths_N >= cache_len), LENGTH,
                             NONE)))
     reason_N = jnp.where(active_N, reason_N, NONE)
-    if feature_major:
+    if kernels is not None:
       logits_NV, cache = token_step.step(model, kernels, jnp.maximum(tok_N, 0), s.lengths_N,
                                          s.cache)
     else:
