@@ -149,7 +149,7 @@ def branch_hidden(model, cache: KVCache, lengths_N, layout: BranchLayout):
   x_QD = jnp.take(model.embed[...], jnp.asarray(layout.tokens, jnp.int32), axis=0)
   x_NQD = jnp.broadcast_to(x_QD[None], (n, q, cfg.d_model))
   positions_NQ = lengths_N[:, None] + offset_Q[None, :]
-  cos, sin = rope_tables(cfg, positions_NQ)
+  cos, sin = rope_tables(cfg, positions_NQ, cache.position_bound + max(layout.offset) + 1)
   slots_S = jnp.arange(cache.n_slots)
   see_cache_NQS = jnp.broadcast_to((slots_S[None, :] < lengths_N[:, None])[:, None, :],
                                    (n, q, cache.n_slots))

@@ -81,6 +81,11 @@ class KVCache:
     """Slots of each row's own buffer (after the shared prefix, if any)."""
     return self.v[0].shape[2]
 
+  @property
+  def position_bound(self) -> int:
+    """A static bound on the positions the rows can hold: every position is below it."""
+    return self.n_slots + (0 if self.prefix is None else self.prefix.v[0].shape[2])
+
   def start_N(self) -> jax.Array:
     """Absolute position of slot 0 of each row's buffer: its prompt's prefix length, or 0."""
     if self.prefix is None:

@@ -62,9 +62,22 @@ def _yarn(inv, dim, base, factor, rope) -> tuple[np.ndarray, float]:
   return blended.astype(np.float32), float(attn)
 
 
-def rope_tables(cfg: ModelConfig, positions_NT: jnp.ndarray) -> tuple[jnp.ndarray, jnp.ndarray]:
-  """cos, sin of shape [N, T, F] for integer positions (computed in float32)."""
+def rope_tables(cfg: ModelConfig, positions_NT: jnp.ndarray,
+                max_position: int | None = None) -> tuple[jnp.ndarray, jnp.ndarray]:
+  """cos, sin of shape [N, T, F] for integer positions (computed in float32).
+
+  ``max_position``: a static bound on the positions (the caller's cache size). The tables are
+  then computed once for positions [0, max_position) and gathered; positions past it are clipped
+  (callers only pass such positions for writes that are dropped). Why: computed directly, XLA:CPU
+  fuses cos/sin into each consumer and evaluates them again for every head of q and k in every
+  layer; in a decode step that was ~8% of the time (benchmarks/README.md). A gathered table is
+  materialised once.
+  """
   inv, scale = inverse_frequencies(cfg)
+  if max_position is not None:
+    cos_LF, sin_LF = rope_tables(cfg, jnp.arange(max_position, dtype=jnp.int32))
+    take = lambda table: jnp.take(table, positions_NT, axis=0, mode="clip")
+    return take(cos_LF), take(sin_LF)
   angles_NTf = positions_NT.astype(jnp.float32)[..., None] * jnp.asarray(inv)
   angles_NTF = jnp.concatenate([angles_NTf, angles_NTf], axis=-1)
   return jnp.cos(angles_NTF) * scale, jnp.sin(angles_NTF) * scale

@@ -64,7 +64,7 @@ def step(model, kernels, tokens_N, positions_N, cache: KVCache):
   n = tokens_N.shape[0]
   positions_N1 = positions_N[:, None]
   x_DN = jnp.take(model.embed[...], tokens_N, axis=0).T
-  cos, sin = rope_tables(model.cfg, positions_N1)
+  cos, sin = rope_tables(model.cfg, positions_N1, cache.position_bound)
   start_N = cache.start_N()
   new_k, new_v = [], []
   for i, (layer, (wq, wk, wv, wo, wg, wu, wd)) in enumerate(zip(model.layers, layers_t)):
