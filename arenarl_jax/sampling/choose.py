@@ -26,9 +26,24 @@ def inverse_cdf(w_NV, u_N):
   Two-level search (block sums, then one block's cumsum) so no full-vocabulary cumsum or sort is
   needed; indices with zero weight are never returned (rounding is clamped onto positive weight).
   """
-  n, v = w_NV.shape
+  return _inverse_cdf_blocks(_blocks(w_NV), u_N)[0]
+
+
+def _blocks(x_NV, fill=0.0):
+  """[N, V] -> [N, V / _BLOCK, _BLOCK], the last block padded with ``fill``."""
+  n, v = x_NV.shape
   nb = -(-v // _BLOCK)
-  w_NbK = jnp.pad(w_NV, ((0, 0), (0, nb * _BLOCK - v))).reshape(n, nb, _BLOCK)
+  return jnp.pad(x_NV, ((0, 0), (0, nb * _BLOCK - v)), constant_values=fill).reshape(
+      n, nb, _BLOCK)
+
+
+def _inverse_cdf_blocks(w_NbK, u_N, inner=None):
+  """inverse_cdf over weights in blocks; (index, the total weight per row).
+
+  ``inner(b_N)``: the chosen blocks' weights [N, _BLOCK] (default: gathered from w_NbK). Given it,
+  w_NbK is only summed per block, so when it is an element-wise function of the logits XLA fuses
+  it into that sum and the full weights are never written to memory.
+  """
   bsum_Nb = w_NbK.sum(axis=-1)
   cum_Nb = jnp.cumsum(bsum_Nb, axis=-1)
   target_N = u_N * cum_Nb[:, -1]
@@ -37,10 +52,13 @@ def inverse_cdf(w_NV, u_N):
   below_N = jnp.take_along_axis(cum_Nb, b_N1, axis=-1)[:, 0] - jnp.take_along_axis(
       bsum_Nb, b_N1, axis=-1)[:, 0]
   frac_N = jnp.clip((target_N - below_N) / jnp.take_along_axis(bsum_Nb, b_N1, axis=-1)[:, 0], 0, 1)
-  inner_NK = jnp.take_along_axis(w_NbK, b_N[:, None, None], axis=1)[:, 0]
+  if inner is None:
+    inner_NK = jnp.take_along_axis(w_NbK, b_N[:, None, None], axis=1)[:, 0]
+  else:
+    inner_NK = inner(b_N)
   icum_NK = jnp.cumsum(inner_NK, axis=-1)
   j_N = jnp.sum(icum_NK <= (frac_N * icum_NK[:, -1])[:, None], axis=-1)
-  return b_N * _BLOCK + jnp.minimum(j_N, _last_positive(inner_NK))
+  return b_N * _BLOCK + jnp.minimum(j_N, _last_positive(inner_NK)), cum_Nb[:, -1]
 
 
 def _largest_threshold(w_NV, holds):
@@ -88,12 +106,25 @@ def choose_tokens(logits_NV, rows: RowSettings, key):
   inv_t_N = jnp.where(greedy_N, 1.0, 1.0 / jnp.where(greedy_N, 1.0, rows.temperature_N))
   z_NV = logits_NV * inv_t_N[:, None]
   m_N = jnp.max(z_NV, axis=-1)
-  w_NV = jnp.exp(z_NV - m_N[:, None])
-  log_total_N = jnp.log(jnp.sum(w_NV, axis=-1))
-  needs_cut = jnp.any(~greedy_N & ((rows.top_k_N > 0) | (rows.top_p_N < 1)))
-  w_cut_NV = jax.lax.cond(needs_cut, truncate, lambda w, k, p: w, w_NV, rows.top_k_N, rows.top_p_N)
   u_N = jax.random.uniform(key, greedy_N.shape, jnp.float32)
-  drawn_N = inverse_cdf(w_cut_NV, u_N)
+  needs_cut = jnp.any(~greedy_N & ((rows.top_k_N > 0) | (rows.top_p_N < 1)))
+
+  # The branches take the logits, not z: cond operands are materialised, z need not be.
+  def plain(logits_NV, inv_t_N, m_N, u_N):
+    # Weights exp(z - m) only inside the block sums and for the chosen block (one pass over V).
+    z_NbK = _blocks(logits_NV * inv_t_N[:, None], -jnp.inf)
+    w_NbK = jnp.exp(z_NbK - m_N[:, None, None])
+    inner = lambda b_N: jnp.exp(
+        jnp.take_along_axis(z_NbK, b_N[:, None, None], axis=1)[:, 0] - m_N[:, None])
+    return _inverse_cdf_blocks(w_NbK, u_N, inner)
+
+  def cut(logits_NV, inv_t_N, m_N, u_N):
+    w_NV = jnp.exp(logits_NV * inv_t_N[:, None] - m_N[:, None])
+    drawn_N, _ = _inverse_cdf_blocks(_blocks(truncate(w_NV, rows.top_k_N, rows.top_p_N)), u_N)
+    return drawn_N, jnp.sum(w_NV, axis=-1)  # the log-prob is not renormalised by the cut
+
+  drawn_N, total_N = jax.lax.cond(needs_cut, cut, plain, logits_NV, inv_t_N, m_N, u_N)
+  log_total_N = jnp.log(total_N)
   # Greedy rows have z = logits: their argmax is the first index holding the max (cheaper on CPU
   # than jnp.argmax's variadic reduction).
   iota_V = jnp.arange(z_NV.shape[-1], dtype=jnp.int32)
