@@ -62,7 +62,6 @@ class Transformer(nnx.Module):
     bound = None if cache is None else cache.position_bound
     if positions_NT is None:
       positions_NT = jnp.broadcast_to(jnp.arange(t, dtype=jnp.int32), (n, t))
-      bound = bound or t
     x_NTD = jnp.take(self.embed[...], tokens_NT, axis=0)
     cos, sin = rope_tables(self.cfg, positions_NT, bound)
     new_k, new_v = [], []
