@@ -73,11 +73,11 @@ def rope_tables(cfg: ModelConfig, positions_NT: jnp.ndarray,
   layer; in a decode step that was ~8% of the time (benchmarks/README.md). A gathered table is
   materialised once.
   """
-  inv, scale = inverse_frequencies(cfg)
   if max_position is not None:
     cos_LF, sin_LF = rope_tables(cfg, jnp.arange(max_position, dtype=jnp.int32))
     take = lambda table: jnp.take(table, positions_NT, axis=0, mode="clip")
     return take(cos_LF), take(sin_LF)
+  inv, scale = inverse_frequencies(cfg)
   angles_NTf = positions_NT.astype(jnp.float32)[..., None] * jnp.asarray(inv)
   angles_NTF = jnp.concatenate([angles_NTf, angles_NTf], axis=-1)
   return jnp.cos(angles_NTF) * scale, jnp.sin(angles_NTF) * scale
