@@ -5,7 +5,7 @@
 32 rows = 4 prompts x G = 8, 64-token prompts, 128 new tokens per row, EOS ignored. Ours: prefill +
 decode (row 0 of each group greedy, the rest temperature 1), wall time of the whole call, with the
 Sampler's defaults (each prompt a prefix shared by its group; the rows' own buffers grow along
-the cache ladder 32, 64, 96, 160, 192 during the turn).
+the cache ladder 32, 64, 96, 128, 192 during the turn).
 transformers: `generate` on the same 32 rows (torch CPU, greedy, EOS ignored) with 1 and 2 threads,
 each in its own worker process (so this process's peak RSS stays ours), and the faster counts; a
 run stops after --hf-max-time seconds (torch with 2 threads can collapse on a busy machine) and

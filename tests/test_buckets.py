@@ -33,12 +33,15 @@ def test_every_length_gets_the_smallest_bucket_that_fits(step):
     bucket_length(2049, buckets, what="prompt")
 
 
-def test_cache_ladder_grows_by_half_rounded_to_multiples_of_32():
-  # 32, 48 -> 64, 96, 144 -> 160, 240 -> 256, 384, 576, 864, 1296 -> 1312, then cache_len.
-  assert cache_size_ladder(1500) == (32, 64, 96, 160, 256, 384, 576, 864, 1312, 1500)
-  assert cache_size_ladder(192) == (32, 64, 96, 160, 192)
+def test_cache_ladder_grows_by_a_third_rounded_to_multiples_of_32():
+  # 32, 42 -> 64, 85 -> 96, 128, 170 -> 192, 256, 341 -> 352, 469 -> 480, 640, 853 -> 864,
+  # 1152, then cache_len.
+  assert cache_size_ladder(1500) == (32, 64, 96, 128, 192, 256, 352, 480, 640, 864, 1152, 1500)
+  assert cache_size_ladder(192) == (32, 64, 96, 128, 192)
+  assert len(cache_size_ladder(8192)) == 18
+  assert cache_size_ladder(1500, growth=1.5) == (32, 64, 96, 160, 256, 384, 576, 864, 1312, 1500)
   assert cache_size_ladder(20) == (20,)
   assert cache_size_ladder(10, first=4, growth=2, multiple=1) == (4, 8, 10)
-  assert cache_size_ladder(1024, first=128, multiple=128) == (128, 256, 384, 640, 1024)
+  assert cache_size_ladder(1024, first=128, multiple=128) == (128, 256, 384, 512, 768, 1024)
   with pytest.raises(ValueError, match="growth > 1"):
     cache_size_ladder(512, growth=1.0)
