@@ -114,3 +114,21 @@ def test_decode_loop_draws_follow_the_distribution_at_every_step():
   assert_follows(tokens, p)
   assert_follows(tokens[:, -1], p)  # the last step alone, too (fresh randomness per step)
   assert len({tuple(t) for t in tokens}) == 256
+
+
+def test_vocab_major_logits_give_the_same_choices():
+  """[V, N] logits (the feature-major decode step's layout) sample exactly as their [N, V]
+  transpose: the same tokens and log-probs for greedy, temperature and top-p rows."""
+  n, v = 48, 1000  # V not a multiple of the 256-token blocks
+  logits_NV = jnp.asarray(np.random.default_rng(3).normal(size=(n, v)).astype(np.float32) * 3)
+  for settings in (SamplingSettings(temperature=0.8), SamplingSettings(temperature=1.0, top_p=0.9)):
+    rows = settings.rows(n, 4)  # every 4th row greedy
+    key = jax.random.key(7)
+    want = jax.jit(choose.choose_tokens)(logits_NV, rows, key)
+    vocab_major = jax.jit(lambda x, r, k: choose.choose_tokens(x, r, k, vocab_axis=0))
+    got = vocab_major(logits_NV.T, rows, key)
+    np.testing.assert_array_equal(np.asarray(got[0]), np.asarray(want[0]))
+    np.testing.assert_allclose(np.asarray(got[1]), np.asarray(want[1]), atol=1e-6, rtol=0)
+    assert len(set(np.asarray(want[0]).tolist())) > n // 2  # really sampled, not all one token
+  with pytest.raises(ValueError, match="vocab_axis"):
+    choose.choose_tokens(logits_NV, rows, key, vocab_axis=2)

@@ -44,7 +44,7 @@ def test_sharded_rollout_equals_one_device_and_spreads_rows(axes, single_device)
     np.testing.assert_array_equal(got_out.lengths_N, want_out.lengths_N)
     np.testing.assert_allclose(got_out.logp_NT, want_out.logp_NT, atol=1e-4, rtol=0)
   out2, state = got[1], got[2]
-  for array in (out2.tokens_NT, out2.logp_NT, state.lengths_N, state.cache.k[0], state.logits_NV):
+  for array in (out2.tokens_NT, out2.logp_NT, state.lengths_N, state.cache.k[0], state.hidden_ND):
     assert array.sharding.device_set == set(jax.devices())
     assert array.sharding.spec[0] == "data"
   # Each device holds only its own rows (16 rows / data axis).

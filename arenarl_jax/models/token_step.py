@@ -58,9 +58,9 @@ def _rows(y_EN):
   return y_EN.T[:, None]
 
 
-def step(model, kernels, tokens_N, positions_N, cache: KVCache):
-  """(logits [N, V] float32, cache) for one token per row at its position (see module doc)."""
-  layers_t, head_VD = kernels
+def hidden(model, kernels, tokens_N, positions_N, cache: KVCache):
+  """(final-norm hidden states [D, N], cache) for one token per row at its position."""
+  layers_t, _ = kernels
   n = tokens_N.shape[0]
   positions_N1 = positions_N[:, None]
   x_DN = jnp.take(model.embed[...], tokens_N, axis=0).T
@@ -79,6 +79,16 @@ def step(model, kernels, tokens_N, positions_N, cache: KVCache):
     x_DN = x_DN + _linear(attn.o, wo, out_N1KRF.reshape(n, -1).T)
     h_DN = layer.mlp_norm(x_DN, axis=0)
     x_DN = x_DN + _matmul(wd, jax.nn.silu(_matmul(wg, h_DN)) * _matmul(wu, h_DN))
-  h_DN = model.final_norm(x_DN, axis=0)
-  logits_VN = _matmul(head_VD, h_DN, jnp.float32)
-  return logits_VN.T, cache.replace(k=tuple(new_k), v=tuple(new_v))
+  return model.final_norm(x_DN, axis=0), cache.replace(k=tuple(new_k), v=tuple(new_v))
+
+
+def head(kernels, h_DN):
+  """Logits [V, N] float32 of feature-major hidden states (``choose_tokens(vocab_axis=0)``
+  samples them in this layout)."""
+  return _matmul(kernels[1], h_DN, jnp.float32)
+
+
+def step(model, kernels, tokens_N, positions_N, cache: KVCache):
+  """(logits [N, V] float32, cache) for one token per row at its position (see module doc)."""
+  h_DN, cache = hidden(model, kernels, tokens_N, positions_N, cache)
+  return head(kernels, h_DN).T, cache

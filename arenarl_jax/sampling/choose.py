@@ -26,25 +26,33 @@ def inverse_cdf(w_NV, u_N):
   Two-level search (block sums, then one block's cumsum) so no full-vocabulary cumsum or sort is
   needed; indices with zero weight are never returned (rounding is clamped onto positive weight).
   """
-  return _inverse_cdf_blocks(_blocks(w_NV), u_N)[0]
+  w_NbK = _blocks(w_NV, 1)
+  return _inverse_cdf_blocks(w_NbK.sum(axis=-1), u_N, lambda b_N: _pick_block(w_NbK, b_N, 1))[0]
 
 
-def _blocks(x_NV, fill=0.0):
-  """[N, V] -> [N, V / _BLOCK, _BLOCK], the last block padded with ``fill``."""
-  n, v = x_NV.shape
+def _blocks(x, vocab_axis: int, fill=0.0):
+  """The vocabulary axis split into blocks: [N, V] -> [N, V/_BLOCK, _BLOCK] (vocab_axis 1) or
+  [V, N] -> [V/_BLOCK, _BLOCK, N] (vocab_axis 0); the last block padded with ``fill``."""
+  v = x.shape[vocab_axis]
   nb = -(-v // _BLOCK)
-  return jnp.pad(x_NV, ((0, 0), (0, nb * _BLOCK - v)), constant_values=fill).reshape(
-      n, nb, _BLOCK)
+  widths = [(0, 0), (0, 0)]
+  widths[vocab_axis] = (0, nb * _BLOCK - v)
+  x = jnp.pad(x, widths, constant_values=fill)
+  return x.reshape(x.shape[0], nb, _BLOCK) if vocab_axis else x.reshape(nb, _BLOCK, x.shape[1])
 
 
-def _inverse_cdf_blocks(w_NbK, u_N, inner=None):
-  """inverse_cdf over weights in blocks; (index, the total weight per row).
+def _pick_block(x_blocks, b_N, vocab_axis: int):
+  """Row n's block b_N[n] of ``_blocks`` output: [N, _BLOCK] in either layout."""
+  if vocab_axis:
+    return jnp.take_along_axis(x_blocks, b_N[:, None, None], axis=1)[:, 0]
+  return jnp.take_along_axis(x_blocks, b_N[None, None, :], axis=0)[0].T
 
-  ``inner(b_N)``: the chosen blocks' weights [N, _BLOCK] (default: gathered from w_NbK). Given it,
-  w_NbK is only summed per block, so when it is an element-wise function of the logits XLA fuses
-  it into that sum and the full weights are never written to memory.
-  """
-  bsum_Nb = w_NbK.sum(axis=-1)
+
+def _inverse_cdf_blocks(bsum_Nb, u_N, inner):
+  """inverse_cdf from the per-block weight sums [N, nb] and ``inner(b_N)``, the chosen blocks'
+  weights [N, _BLOCK]; (index, the total weight per row). Only the block sums and one block per
+  row are needed, so when the weights are an element-wise function of the logits XLA fuses them
+  into the sums and the full weights are never written to memory."""
   cum_Nb = jnp.cumsum(bsum_Nb, axis=-1)
   target_N = u_N * cum_Nb[:, -1]
   b_N = jnp.minimum(jnp.sum(cum_Nb <= target_N[:, None], axis=-1), _last_positive(bsum_Nb))
@@ -52,10 +60,7 @@ def _inverse_cdf_blocks(w_NbK, u_N, inner=None):
   below_N = jnp.take_along_axis(cum_Nb, b_N1, axis=-1)[:, 0] - jnp.take_along_axis(
       bsum_Nb, b_N1, axis=-1)[:, 0]
   frac_N = jnp.clip((target_N - below_N) / jnp.take_along_axis(bsum_Nb, b_N1, axis=-1)[:, 0], 0, 1)
-  if inner is None:
-    inner_NK = jnp.take_along_axis(w_NbK, b_N[:, None, None], axis=1)[:, 0]
-  else:
-    inner_NK = inner(b_N)
+  inner_NK = inner(b_N)
   icum_NK = jnp.cumsum(inner_NK, axis=-1)
   j_N = jnp.sum(icum_NK <= (frac_N * icum_NK[:, -1])[:, None], axis=-1)
   return b_N * _BLOCK + jnp.minimum(j_N, _last_positive(inner_NK)), cum_Nb[:, -1]
@@ -99,36 +104,50 @@ def truncate(w_NV, top_k_N, top_p_N):
   return jnp.where(w_NV >= t_p_N[:, None], w_NV, 0.0)
 
 
-def choose_tokens(logits_NV, rows: RowSettings, key):
-  """(tokens_N int32, logp_N float32) for one step; greedy rows take the argmax."""
-  logits_NV = logits_NV.astype(jnp.float32)
+def choose_tokens(logits, rows: RowSettings, key, *, vocab_axis: int = 1):
+  """(tokens_N int32, logp_N float32) for one step; greedy rows take the argmax.
+
+  ``logits``: float32 [N, V] (vocab_axis 1) or [V, N] (vocab_axis 0, as the feature-major decode
+  step's head writes them: sampling reads them in place instead of transposing 49k x N floats).
+  """
+  if vocab_axis not in (0, 1) or logits.ndim != 2:
+    raise ValueError(f"choose_tokens takes [N, V] or [V, N] logits with vocab_axis 1 or 0, got "
+                     f"shape {logits.shape} and vocab_axis={vocab_axis}")
+  row_axis = 1 - vocab_axis
+  logits = logits.astype(jnp.float32)
   greedy_N = rows.temperature_N <= 0
   inv_t_N = jnp.where(greedy_N, 1.0, 1.0 / jnp.where(greedy_N, 1.0, rows.temperature_N))
-  z_NV = logits_NV * inv_t_N[:, None]
-  m_N = jnp.max(z_NV, axis=-1)
+  per_row = lambda x_N: jnp.expand_dims(x_N, vocab_axis)  # [N] -> broadcastable over V
+  z = logits * per_row(inv_t_N)
+  m_N = jnp.max(z, axis=vocab_axis)
   u_N = jax.random.uniform(key, greedy_N.shape, jnp.float32)
   needs_cut = jnp.any(~greedy_N & ((rows.top_k_N > 0) | (rows.top_p_N < 1)))
+  # The [N, nb] block sums, whichever layout the blocks have.
+  block_sums = lambda w_blocks: w_blocks.sum(axis=2) if vocab_axis else w_blocks.sum(axis=1).T
 
   # The branches take the logits, not z: cond operands are materialised, z need not be.
-  def plain(logits_NV, inv_t_N, m_N, u_N):
+  def plain(logits, inv_t_N, m_N, u_N):
     # Weights exp(z - m) only inside the block sums and for the chosen block (one pass over V).
-    z_NbK = _blocks(logits_NV * inv_t_N[:, None], -jnp.inf)
-    w_NbK = jnp.exp(z_NbK - m_N[:, None, None])
-    inner = lambda b_N: jnp.exp(
-        jnp.take_along_axis(z_NbK, b_N[:, None, None], axis=1)[:, 0] - m_N[:, None])
-    return _inverse_cdf_blocks(w_NbK, u_N, inner)
+    z_blocks = _blocks(logits * per_row(inv_t_N), vocab_axis, -jnp.inf)
+    m_blocks = m_N[:, None, None] if vocab_axis else m_N[None, None, :]
+    inner = lambda b_N: jnp.exp(_pick_block(z_blocks, b_N, vocab_axis) - m_N[:, None])
+    return _inverse_cdf_blocks(block_sums(jnp.exp(z_blocks - m_blocks)), u_N, inner)
 
-  def cut(logits_NV, inv_t_N, m_N, u_N):
-    w_NV = jnp.exp(logits_NV * inv_t_N[:, None] - m_N[:, None])
-    drawn_N, _ = _inverse_cdf_blocks(_blocks(truncate(w_NV, rows.top_k_N, rows.top_p_N)), u_N)
+  def cut(logits, inv_t_N, m_N, u_N):
+    # Top-k/top-p need the full weights; this branch works on [N, V] whatever the input layout.
+    w_NV = jnp.exp(jnp.moveaxis(logits, row_axis, 0) * inv_t_N[:, None] - m_N[:, None])
+    w_NbK = _blocks(truncate(w_NV, rows.top_k_N, rows.top_p_N), 1)
+    drawn_N, _ = _inverse_cdf_blocks(w_NbK.sum(axis=-1), u_N,
+                                     lambda b_N: _pick_block(w_NbK, b_N, 1))
     return drawn_N, jnp.sum(w_NV, axis=-1)  # the log-prob is not renormalised by the cut
 
-  drawn_N, total_N = jax.lax.cond(needs_cut, cut, plain, logits_NV, inv_t_N, m_N, u_N)
+  drawn_N, total_N = jax.lax.cond(needs_cut, cut, plain, logits, inv_t_N, m_N, u_N)
   log_total_N = jnp.log(total_N)
   # Greedy rows have z = logits: their argmax is the first index holding the max (cheaper on CPU
   # than jnp.argmax's variadic reduction).
-  iota_V = jnp.arange(z_NV.shape[-1], dtype=jnp.int32)
-  first_max_N = jnp.min(jnp.where(z_NV == m_N[:, None], iota_V, z_NV.shape[-1] - 1), axis=-1)
+  v = z.shape[vocab_axis]
+  iota = jax.lax.broadcasted_iota(jnp.int32, z.shape, vocab_axis)
+  first_max_N = jnp.min(jnp.where(z == per_row(m_N), iota, v - 1), axis=vocab_axis)
   tokens_N = jnp.where(greedy_N, first_max_N, drawn_N).astype(jnp.int32)
-  z_tok_N = jnp.take_along_axis(z_NV, tokens_N[:, None], axis=-1)[:, 0]
+  z_tok_N = jnp.take_along_axis(z, per_row(tokens_N), axis=vocab_axis).reshape(-1)
   return tokens_N, z_tok_N - m_N - log_total_N

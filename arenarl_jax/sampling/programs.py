@@ -27,14 +27,17 @@ PAD = -1  # token id in output slots past a row's generated tokens
 class SamplerState:
   """What the host rollout loop carries between turns (all rows on the 'data' axis).
 
-  lengths_N: tokens in each row (prompt included; = position of its next token); logits_NV:
-  float32 logits for that next token; done_N: the row is finished for good (EOS, cache full, or set by the host)
-  and is skipped by decode. group_size says which rows are greedy anchors.
+  lengths_N: tokens in each row (prompt included; = position of its next token); hidden_ND:
+  the final-norm hidden state of each row's last token (the next token's logits are
+  ``model.head(hidden_ND)``: decode computes them when it samples, so the state holds D floats
+  per row instead of V, and a finished row keeps its D, not V, values); done_N: the row is
+  finished for good (EOS, cache full, or set by the host) and is skipped by decode. group_size
+  says which rows are greedy anchors.
   """
 
   cache: KVCache
   lengths_N: jax.Array
-  logits_NV: jax.Array
+  hidden_ND: jax.Array
   done_N: jax.Array
   group_size: int = flax.struct.field(pytree_node=False, default=1)
 
@@ -63,11 +66,10 @@ def _on_rows(tree, mesh: Mesh | None):
   return jax.tree.map(pin, tree, is_leaf=lambda x: isinstance(x, SharedPrefix))
 
 
-def _last_logits(model, h_NTD, counts_N):
-  """Head at each row's last real token only (not over the whole padded chunk)."""
+def _last_hidden(h_NTD, counts_N):
+  """Each row's hidden state at its last real token (counts_N real tokens; at least one)."""
   idx_N = jnp.maximum(counts_N - 1, 0)
-  h_ND = jnp.take_along_axis(h_NTD, idx_N[:, None, None], axis=1)[:, 0]
-  return model.head(h_ND)
+  return jnp.take_along_axis(h_NTD, idx_N[:, None, None], axis=1)[:, 0]
 
 
 @backend_options.program(static_argnames=("graphdef", "group_size", "n_slots", "mesh"))
@@ -79,12 +81,12 @@ def prefill(graphdef, params, tokens_BT, counts_B, *, group_size: int, n_slots: 
   b, t = tokens_BT.shape
   positions_BT = jnp.broadcast_to(jnp.arange(t, dtype=jnp.int32), (b, t))
   h_BTD, prompts = model.hidden(tokens_BT, positions_BT, cache=KVCache.init(model.cfg, b, t))
-  logits_BV = _last_logits(model, h_BTD, counts_B)
+  hidden_BD = _last_hidden(h_BTD, counts_B)
   rows_N = jnp.arange(b * group_size) // group_size
   state = SamplerState(
       cache=KVCache.init(model.cfg, b * group_size, n_slots, prefix=prompts.as_prefix(counts_B)),
       lengths_N=counts_B[rows_N],
-      logits_NV=logits_BV[rows_N],
+      hidden_ND=hidden_BD[rows_N],
       done_N=jnp.zeros((b * group_size,), bool),
       group_size=group_size)
   return _on_rows(state, mesh)
@@ -93,15 +95,14 @@ def prefill(graphdef, params, tokens_BT, counts_B, *, group_size: int, n_slots: 
 @backend_options.program(static_argnames=("graphdef", "mesh"), donate_argnames=("state",))
 def extend(graphdef, params, state: SamplerState, tokens_NT, counts_N, *,
            mesh: Mesh | None = None) -> SamplerState:
-  """Appends counts_N[n] tokens to row n at its own offset; rows with 0 keep their logits."""
+  """Appends counts_N[n] tokens to row n at its own offset; rows with 0 keep their state."""
   model = nnx.merge(graphdef, params)
   t = tokens_NT.shape[1]
   positions_NT = state.lengths_N[:, None] + jnp.arange(t, dtype=jnp.int32)[None, :]
   h_NTD, cache = model.hidden(tokens_NT, positions_NT, cache=state.cache)
-  logits_NV = jnp.where(counts_N[:, None] > 0, _last_logits(model, h_NTD, counts_N),
-                        state.logits_NV)
+  hidden_ND = jnp.where(counts_N[:, None] > 0, _last_hidden(h_NTD, counts_N), state.hidden_ND)
   return _on_rows(state.replace(cache=cache, lengths_N=state.lengths_N + counts_N,
-                                logits_NV=logits_NV), mesh)
+                                hidden_ND=hidden_ND), mesh)
 
 
 @functools.partial(jax.jit, static_argnames=("n_slots", "mesh"))
@@ -179,15 +180,17 @@ def decode(graphdef, params, state: SamplerState, turn: TurnState, rows: RowSett
            mesh: Mesh | None = None) -> tuple[SamplerState, TurnState]:
   """One segment of a turn: a lax.while_loop of sample -> feed over the cache as it is.
 
-  Each step samples from the carried logits, then feeds the token at the row's position, so a
-  row's last token (e.g. the end of a tool call) is in its cache and its logits are ready when
-  the host extends it. Finished rows keep their logits; their fed tokens land past their end.
+  Each step computes the logits from the carried hidden states and samples, then feeds the token
+  at the row's position, so a row's last token (e.g. the end of a tool call) is in its cache and
+  its hidden state is ready when the host extends it. Finished rows keep their hidden state;
+  their fed tokens land past their end.
   The loop ends when every row stopped (early exit), or pauses when an active row has filled a
   cache smaller than cache_len: the host then moves the state to a larger cache and calls again.
   Attention reads every slot of the cache, so growing it within a turn keeps early steps cheap.
   Step k always uses fold_in(key, k): pausing does not change what is sampled.
   Given ``kernels`` (from ``transpose_kernels``), each step runs feature-major with
-  ``models.token_step`` (weights as the left matmul operand); without, it calls ``model(...)``.
+  ``models.token_step`` (weights as the left matmul operand) and samples the head's [V, N]
+  logits in place; without, it calls ``model.hidden`` and ``model.head``.
   """
   model = nnx.merge(graphdef, params)
   n_slots = state.cache.n_slots
@@ -203,7 +206,12 @@ def decode(graphdef, params, state: SamplerState, turn: TurnState, rows: RowSett
   def body(c):
     s, t = c
     step, active_N = t.step, t.active_N
-    tok_N, logp_N = choose.choose_tokens(s.logits_NV, rows, jax.random.fold_in(key, step))
+    if kernels is not None:
+      logits, vocab_axis = token_step.head(kernels, s.hidden_ND.T), 0
+    else:
+      logits, vocab_axis = model.head(s.hidden_ND), 1
+    tok_N, logp_N = choose.choose_tokens(logits, rows, jax.random.fold_in(key, step),
+                                         vocab_axis=vocab_axis)
     tok_N = jnp.where(active_N, tok_N, PAD)
     logp_N = jnp.where(active_N, logp_N, 0.0)
     lengths_N = s.lengths_N + active_N
@@ -215,14 +223,15 @@ def decode(graphdef, params, state: SamplerState, turn: TurnState, rows: RowSett
                             NONE)))
     reason_N = jnp.where(active_N, reason_N, NONE)
     if kernels is not None:
-      logits_NV, cache = token_step.step(model, kernels, jnp.maximum(tok_N, 0), s.lengths_N,
-                                         s.cache)
+      h_DN, cache = token_step.hidden(model, kernels, jnp.maximum(tok_N, 0), s.lengths_N,
+                                      s.cache)
+      h_ND = h_DN.T
     else:
-      logits_N1V, cache = model(jnp.maximum(tok_N, 0)[:, None], s.lengths_N[:, None],
-                                cache=s.cache)
-      logits_NV = logits_N1V[:, 0]
+      h_N1D, cache = model.hidden(jnp.maximum(tok_N, 0)[:, None], s.lengths_N[:, None],
+                                  cache=s.cache)
+      h_ND = h_N1D[:, 0]
     s = s.replace(cache=cache, lengths_N=lengths_N,
-                  logits_NV=jnp.where(active_N[:, None], logits_NV, s.logits_NV))
+                  hidden_ND=jnp.where(active_N[:, None], h_ND, s.hidden_ND))
     t = t.replace(
         step=step + 1,
         active_N=active_N & (reason_N == NONE),
