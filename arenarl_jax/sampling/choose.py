@@ -21,13 +21,13 @@ def _last_positive(w_NK):
 
 
 def inverse_cdf(w_NV, u_N):
-  """Index i drawn with probability w_i / sum(w) from one uniform u in [0, 1) per row.
+  """(index i drawn with probability w_i / sum(w) from one uniform u in [0, 1) per row, sum(w)).
 
   Two-level search (block sums, then one block's cumsum) so no full-vocabulary cumsum or sort is
   needed; indices with zero weight are never returned (rounding is clamped onto positive weight).
   """
   w_NbK = _blocks(w_NV, 1)
-  return _inverse_cdf_blocks(w_NbK.sum(axis=-1), u_N, lambda b_N: _pick_block(w_NbK, b_N, 1))[0]
+  return _inverse_cdf_blocks(w_NbK.sum(axis=-1), u_N, lambda b_N: _pick_block(w_NbK, b_N, 1))
 
 
 def _blocks(x, vocab_axis: int, fill=0.0):
@@ -113,7 +113,6 @@ def choose_tokens(logits, rows: RowSettings, key, *, vocab_axis: int = 1):
   if vocab_axis not in (0, 1) or logits.ndim != 2:
     raise ValueError(f"choose_tokens takes [N, V] or [V, N] logits with vocab_axis 1 or 0, got "
                      f"shape {logits.shape} and vocab_axis={vocab_axis}")
-  row_axis = 1 - vocab_axis
   logits = logits.astype(jnp.float32)
   greedy_N = rows.temperature_N <= 0
   inv_t_N = jnp.where(greedy_N, 1.0, 1.0 / jnp.where(greedy_N, 1.0, rows.temperature_N))
@@ -135,10 +134,8 @@ def choose_tokens(logits, rows: RowSettings, key, *, vocab_axis: int = 1):
 
   def cut(logits, inv_t_N, m_N, u_N):
     # Top-k/top-p need the full weights; this branch works on [N, V] whatever the input layout.
-    w_NV = jnp.exp(jnp.moveaxis(logits, row_axis, 0) * inv_t_N[:, None] - m_N[:, None])
-    w_NbK = _blocks(truncate(w_NV, rows.top_k_N, rows.top_p_N), 1)
-    drawn_N, _ = _inverse_cdf_blocks(w_NbK.sum(axis=-1), u_N,
-                                     lambda b_N: _pick_block(w_NbK, b_N, 1))
+    w_NV = jnp.exp(jnp.moveaxis(logits, 1 - vocab_axis, 0) * inv_t_N[:, None] - m_N[:, None])
+    drawn_N, _ = inverse_cdf(truncate(w_NV, rows.top_k_N, rows.top_p_N), u_N)
     return drawn_N, jnp.sum(w_NV, axis=-1)  # the log-prob is not renormalised by the cut
 
   drawn_N, total_N = jax.lax.cond(needs_cut, cut, plain, logits, inv_t_N, m_N, u_N)

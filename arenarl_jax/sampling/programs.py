@@ -197,6 +197,19 @@ def decode(graphdef, params, state: SamplerState, turn: TurnState, rows: RowSett
   eos_E = jnp.asarray(eos_ids or (PAD,), jnp.int32)
 
   start_N = state.cache.start_N()
+  def logits_of(h_ND):
+    """(logits, their vocabulary axis): feature-major, the head writes [V, N], sampled in place."""
+    if kernels is not None:
+      return token_step.head(kernels, h_ND.T), 0
+    return model.head(h_ND), 1
+
+  def feed(tok_N, lengths_N, cache):
+    """(hidden states [N, D], cache) after one token per row at its position."""
+    if kernels is not None:
+      h_DN, cache = token_step.hidden(model, kernels, tok_N, lengths_N, cache)
+      return h_DN.T, cache
+    h_N1D, cache = model.hidden(tok_N[:, None], lengths_N[:, None], cache=cache)
+    return h_N1D[:, 0], cache
 
   def cond(c):
     s, t = c
@@ -206,10 +219,7 @@ def decode(graphdef, params, state: SamplerState, turn: TurnState, rows: RowSett
   def body(c):
     s, t = c
     step, active_N = t.step, t.active_N
-    if kernels is not None:
-      logits, vocab_axis = token_step.head(kernels, s.hidden_ND.T), 0
-    else:
-      logits, vocab_axis = model.head(s.hidden_ND), 1
+    logits, vocab_axis = logits_of(s.hidden_ND)
     tok_N, logp_N = choose.choose_tokens(logits, rows, jax.random.fold_in(key, step),
                                          vocab_axis=vocab_axis)
     tok_N = jnp.where(active_N, tok_N, PAD)
@@ -222,14 +232,7 @@ def decode(graphdef, params, state: SamplerState, turn: TurnState, rows: RowSett
                   jnp.where((step + 1 >= max_new_tokens) | (lengths_N >= cache_len), LENGTH,
                             NONE)))
     reason_N = jnp.where(active_N, reason_N, NONE)
-    if kernels is not None:
-      h_DN, cache = token_step.hidden(model, kernels, jnp.maximum(tok_N, 0), s.lengths_N,
-                                      s.cache)
-      h_ND = h_DN.T
-    else:
-      h_N1D, cache = model.hidden(jnp.maximum(tok_N, 0)[:, None], s.lengths_N[:, None],
-                                  cache=s.cache)
-      h_ND = h_N1D[:, 0]
+    h_ND, cache = feed(jnp.maximum(tok_N, 0), s.lengths_N, s.cache)
     s = s.replace(cache=cache, lengths_N=lengths_N,
                   hidden_ND=jnp.where(active_N[:, None], h_ND, s.hidden_ND))
     t = t.replace(
