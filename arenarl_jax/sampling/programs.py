@@ -197,6 +197,7 @@ def decode(graphdef, params, state: SamplerState, turn: TurnState, rows: RowSett
   eos_E = jnp.asarray(eos_ids or (PAD,), jnp.int32)
 
   start_N = state.cache.start_N()
+
   def logits_of(h_ND):
     """(logits, their vocabulary axis): feature-major, the head writes [V, N], sampled in place."""
     if kernels is not None:
