@@ -9,15 +9,20 @@ at N = 32 measured 102.9 -> 63.7 ms on the 2-core development CPU (benchmarks/RE
 
 ``transposed_kernels`` makes the [out, in] copies (one weight-sized buffer; the Sampler makes
 them once per set of weights). Activations stay [D, N] through norms, projections, the MLP and
-the head; only the heads' small [N, ...] views go through ``Attention.heads`` / ``mix`` (q/k
-norm, RoPE, cache write, attention), so the attention math is the model's own. The result equals
-``model(tokens_N1, positions_N1, cache=cache)`` up to float rounding (tests check it).
+the head; only the heads' small [N, ...] views go through ``Attention.heads`` (q/k norm, RoPE)
+and the attention: ``decode_attention.mix`` (a compiled CPU kernel that reads only the rows'
+visible slots) where ``decode_attention.available()``, else the model's own ``Attention.mix``.
+The result equals ``model(tokens_N1, positions_N1, cache=cache)`` up to float rounding (tests
+check it).
 """
 from __future__ import annotations
 
 import jax
 import jax.numpy as jnp
 
+from jax.sharding import Mesh
+
+from arenarl_jax.models import decode_attention
 from arenarl_jax.models.kv_cache import KVCache
 from arenarl_jax.models.rope import rope_tables
 from arenarl_jax.models.transformer import Transformer
@@ -58,8 +63,14 @@ def _rows(y_EN):
   return y_EN.T[:, None]
 
 
-def hidden(model, kernels, tokens_N, positions_N, cache: KVCache):
-  """(final-norm hidden states [D, N], cache) for one token per row at its position."""
+def hidden(model, kernels, tokens_N, positions_N, cache: KVCache, *, mesh: Mesh | None = None,
+           kernel: bool | None = None):
+  """(final-norm hidden states [D, N], cache) for one token per row at its position.
+
+  ``kernel``: attend with ``decode_attention`` (True) or ``Attention.mix`` (False); None: the
+  kernel where it is available. ``mesh``: the kernel splits the rows over its 'data' axis."""
+  if kernel is None:
+    kernel = decode_attention.available(cache.v[0].dtype)
   layers_t, _ = kernels
   n = tokens_N.shape[0]
   positions_N1 = positions_N[:, None]
@@ -72,8 +83,12 @@ def hidden(model, kernels, tokens_N, positions_N, cache: KVCache):
     h_DN = layer.attn_norm(x_DN, axis=0)
     q, k, v = attn.heads(_rows(_linear(attn.q, wq, h_DN)), _rows(_linear(attn.k, wk, h_DN)),
                          _rows(_linear(attn.v, wv, h_DN)), cos, sin)
-    out_N1KRF, (k_NKFS, v_NKSF) = attn.mix(q, k, v, positions_N1,
-                                           cache_kv=cache.layer(i, start_N))
+    layer_cache = cache.layer(i, start_N)
+    if kernel:
+      out_N1KRF, (k_NKFS, v_NKSF) = decode_attention.mix(attn, q, k, v, positions_N1,
+                                                         layer_cache, mesh=mesh)
+    else:
+      out_N1KRF, (k_NKFS, v_NKSF) = attn.mix(q, k, v, positions_N1, cache_kv=layer_cache)
     new_k.append(k_NKFS)
     new_v.append(v_NKSF)
     x_DN = x_DN + _linear(attn.o, wo, out_N1KRF.reshape(n, -1).T)
@@ -88,7 +103,7 @@ def head(kernels, h_DN):
   return _matmul(kernels[1], h_DN, jnp.float32)
 
 
-def step(model, kernels, tokens_N, positions_N, cache: KVCache):
+def step(model, kernels, tokens_N, positions_N, cache: KVCache, *, kernel: bool | None = None):
   """(logits [N, V] float32, cache) for one token per row at its position (see module doc)."""
-  h_DN, cache = hidden(model, kernels, tokens_N, positions_N, cache)
+  h_DN, cache = hidden(model, kernels, tokens_N, positions_N, cache, kernel=kernel)
   return head(kernels, h_DN).T, cache

@@ -207,7 +207,7 @@ def decode(graphdef, params, state: SamplerState, turn: TurnState, rows: RowSett
   def feed(tok_N, lengths_N, cache):
     """(hidden states [N, D], cache) after one token per row at its position."""
     if kernels is not None:
-      h_DN, cache = token_step.hidden(model, kernels, tok_N, lengths_N, cache)
+      h_DN, cache = token_step.hidden(model, kernels, tok_N, lengths_N, cache, mesh=mesh)
       return h_DN.T, cache
     h_N1D, cache = model.hidden(tok_N[:, None], lengths_N[:, None], cache=cache)
     return h_N1D[:, 0], cache

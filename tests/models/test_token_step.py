@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 from flax import nnx
 
-from arenarl_jax.models import token_step
+from arenarl_jax.models import decode_attention, token_step
 from arenarl_jax.models.kv_cache import KVCache
 from arenarl_jax.models.safetensors_io import load_hf_dir
 
@@ -13,19 +13,24 @@ from arenarl_jax.models.safetensors_io import load_hf_dir
 VARIANTS = ["llama_attention_bias", "qwen2_yarn_untied", "qwen3", "llama3_untied"]
 
 
-def _both_steps(model, tokens_N, positions_N, cache):
-  """(feature-major logits and cache, the model's logits and cache), both jitted."""
-  fm = nnx.jit(lambda m, t, p, c: token_step.step(m, token_step.transposed_kernels(m), t, p, c))
+def _both_steps(model, tokens_N, positions_N, cache, kernel=None):
+  """(feature-major logits and cache, the model's logits and cache), both jitted. ``kernel``:
+  the feature-major step's attention (decode_attention kernel, XLA, or the default)."""
+  fm = nnx.jit(lambda m, t, p, c: token_step.step(m, token_step.transposed_kernels(m), t, p, c,
+                                                  kernel=kernel))
   ref = nnx.jit(lambda m, t, p, c: m(t[:, None], p[:, None], cache=c))
   got_logits, got_cache = fm(model, tokens_N, positions_N, cache)
   want_logits, want_cache = ref(model, tokens_N, positions_N, cache)
   return (got_logits, got_cache), (want_logits[:, 0], want_cache)
 
 
+@pytest.mark.parametrize("kernel", [False, pytest.param(True, marks=pytest.mark.skipif(
+    not decode_attention.available(), reason="no decode attention kernel here"))])
 @pytest.mark.parametrize("variant", VARIANTS)
-def test_steps_after_a_shared_prefix_equal_the_model_call(variant, hf_dirs):
+def test_steps_after_a_shared_prefix_equal_the_model_call(variant, kernel, hf_dirs):
   """B = 2 prompts (3 and 5 tokens) shared by G = 2 rows each, rows at different lengths; three
-  steps: logits and every layer's written keys/values agree with ``model(...)``."""
+  steps: logits and every layer's written keys/values agree with ``model(...)``, with the
+  decode attention kernel and with the model's own attention."""
   cfg, model = load_hf_dir(hf_dirs(variant)[1])
   assert token_step.supports(model)
   rng = np.random.default_rng(0)
@@ -36,7 +41,8 @@ def test_steps_after_a_shared_prefix_equal_the_model_call(variant, hf_dirs):
   positions_N = jnp.asarray([3, 4, 5, 7], jnp.int32)  # rows 1 and 3 already hold own tokens
   for step in range(3):
     tokens_N = jnp.asarray(rng.integers(0, cfg.vocab_size, 4), jnp.int32)
-    (got, got_cache), (want, want_cache) = _both_steps(model, tokens_N, positions_N, cache)
+    (got, got_cache), (want, want_cache) = _both_steps(model, tokens_N, positions_N, cache,
+                                                       kernel)
     np.testing.assert_allclose(np.asarray(got), np.asarray(want), atol=2e-5, rtol=0)
     for a, b in zip(got_cache.k + got_cache.v, want_cache.k + want_cache.v):
       np.testing.assert_allclose(np.asarray(a), np.asarray(b), atol=2e-6, rtol=0)
