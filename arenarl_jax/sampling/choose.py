@@ -117,8 +117,10 @@ def choose_tokens(logits, rows: RowSettings, key, *, vocab_axis: int = 1):
   greedy_N = rows.temperature_N <= 0
   inv_t_N = jnp.where(greedy_N, 1.0, 1.0 / jnp.where(greedy_N, 1.0, rows.temperature_N))
   per_row = lambda x_N: jnp.expand_dims(x_N, vocab_axis)  # [N] -> broadcastable over V
-  z = logits * per_row(inv_t_N)
-  m_N = jnp.max(z, axis=vocab_axis)
+  # z = logits / T is never materialised (one V-wide pass less per step): 1/T > 0, so the max
+  # and argmax of z are those of the logits, scaled.
+  raw_max_N = jnp.max(logits, axis=vocab_axis)
+  m_N = raw_max_N * inv_t_N
   u_N = jax.random.uniform(key, greedy_N.shape, jnp.float32)
   needs_cut = jnp.any(~greedy_N & ((rows.top_k_N > 0) | (rows.top_p_N < 1)))
   # The [N, nb] block sums, whichever layout the blocks have.
@@ -140,11 +142,11 @@ def choose_tokens(logits, rows: RowSettings, key, *, vocab_axis: int = 1):
 
   drawn_N, total_N = jax.lax.cond(needs_cut, cut, plain, logits, inv_t_N, m_N, u_N)
   log_total_N = jnp.log(total_N)
-  # Greedy rows have z = logits: their argmax is the first index holding the max (cheaper on CPU
-  # than jnp.argmax's variadic reduction).
-  v = z.shape[vocab_axis]
-  iota = jax.lax.broadcasted_iota(jnp.int32, z.shape, vocab_axis)
-  first_max_N = jnp.min(jnp.where(z == per_row(m_N), iota, v - 1), axis=vocab_axis)
+  # Greedy rows' token: the first index holding the max (cheaper on CPU than jnp.argmax's
+  # variadic reduction).
+  v = logits.shape[vocab_axis]
+  iota = jax.lax.broadcasted_iota(jnp.int32, logits.shape, vocab_axis)
+  first_max_N = jnp.min(jnp.where(logits == per_row(raw_max_N), iota, v - 1), axis=vocab_axis)
   tokens_N = jnp.where(greedy_N, first_max_N, drawn_N).astype(jnp.int32)
-  z_tok_N = jnp.take_along_axis(z, per_row(tokens_N), axis=vocab_axis).reshape(-1)
+  z_tok_N = jnp.take_along_axis(logits, per_row(tokens_N), axis=vocab_axis).reshape(-1) * inv_t_N
   return tokens_N, z_tok_N - m_N - log_total_N
