@@ -1,7 +1,9 @@
 // Decode attention on CPU as an XLA FFI custom call (models/decode_attention.py builds, loads and
 // calls it). One query token per row: each (row, KV head) attends to the first count[n] slots of
 // its own key/value buffers and the first prefix_len[b] slots of its prompt's shared prefix, with
-// one softmax over both parts.
+// one softmax over both parts. Before attending, each row's new key and value are written into
+// its buffers at slot[n] (dropped when outside [0, S)): the buffers are aliased from input to
+// output, so the cache is updated in place without XLA's scatter.
 //
 // Why a kernel: XLA:CPU runs decode attention as two batched library products per layer that pack
 // every (row, KV head)'s [F, S] operand per call and read every slot of the buffers, filled or not;
@@ -10,9 +12,9 @@
 // XLA's intra-op thread pool.
 //
 // Layouts (float32, row-major): q [N, K, R, F] (already scaled by F^-1/2), keys [N, K, F, S],
-// values [N, K, S, F], count [N] int32, prefix keys [B, K, F, P], prefix values [B, K, P, F],
+// values [N, K, S, F], new key and value [N, K, F], slot [N] int32, count [N] int32, prefix keys [B, K, F, P], prefix values [B, K, P, F],
 // prefix_len [B] int32, row0 [] int32 (global index of local row 0: rows may be a shard), out
-// [N, K, R, F]; attribute group = rows per prompt (row n belongs to prompt (row0 + n) / group).
+// [N, K, R, F] followed by the updated keys and values; attribute group = rows per prompt (row n belongs to prompt (row0 + n) / group).
 #include <algorithm>
 #include <atomic>
 #include <cmath>
@@ -29,8 +31,11 @@ namespace {
 
 struct Problem {
   const float* q;
-  const float* k;
-  const float* v;
+  float* k;  // the output buffers (aliased with the inputs): read, and written at slot
+  float* v;
+  const float* k_new;
+  const float* v_new;
+  const int32_t* slot;
   const int32_t* count;
   const float* pk;
   const float* pv;
@@ -183,6 +188,14 @@ void Mix(const float* w, int64_t w_stride, int64_t r_dim, const float* values, i
 // floats: per query its prefix scores, then its own-slot scores.
 void Unit(const Problem& pb, int64_t unit, float* scratch) {
   const int64_t n = unit / pb.kv, h = unit % pb.kv;
+  float* keys = pb.k + (n * pb.kv + h) * pb.f * pb.s;
+  float* values = pb.v + (n * pb.kv + h) * pb.s * pb.f;
+  if (const int64_t at = pb.slot[n]; at >= 0 && at < pb.s) {
+    const float* k_new = pb.k_new + (n * pb.kv + h) * pb.f;
+    const float* v_new = pb.v_new + (n * pb.kv + h) * pb.f;
+    for (int64_t f = 0; f < pb.f; ++f) keys[f * pb.s + at] = k_new[f];
+    std::copy(v_new, v_new + pb.f, values + at * pb.f);
+  }
   const int64_t own = std::clamp<int64_t>(pb.count[n], 0, pb.s);
   const int64_t prompt = std::clamp<int64_t>((pb.row0 + n) / pb.group, 0, pb.b - 1);
   const int64_t pre = std::clamp<int64_t>(pb.plen[prompt], 0, pb.p);
@@ -191,13 +204,11 @@ void Unit(const Problem& pb, int64_t unit, float* scratch) {
   float* out = pb.out + (n * pb.kv + h) * pb.r * pb.f;
   std::fill(out, out + pb.r * pb.f, 0.0f);
   if (total == 0) return;  // nothing visible (a finished row's dropped token): zeros
-  const float* keys = pb.k + (n * pb.kv + h) * pb.f * pb.s;
-  const float* values = pb.v + (n * pb.kv + h) * pb.s * pb.f;
   const float* pkeys = pb.pk + (prompt * pb.kv + h) * pb.f * pb.p;
   const float* pvalues = pb.pv + (prompt * pb.kv + h) * pb.p * pb.f;
   Scores(q, pb.r, pkeys, pb.f, pb.p, pre, scratch, width);
   Scores(q, pb.r, keys, pb.f, pb.s, own, scratch + pre, width);
-  std::vector<float> inv(pb.r);
+  float* inv = scratch + pb.r * width;
   for (int64_t r = 0; r < pb.r; ++r) {
     float* s = scratch + r * width;
     float m = s[0];
@@ -226,7 +237,7 @@ struct Shared {
 };
 
 void Drain(Shared& sh) {
-  std::vector<float> scratch(sh.pb.r * (sh.pb.p + sh.pb.s) + 1);
+  std::vector<float> scratch(sh.pb.r * (sh.pb.p + sh.pb.s + 1));
   for (;;) {
     const int64_t c = sh.next.fetch_add(1, std::memory_order_relaxed);
     if (c >= sh.chunks) return;
@@ -237,20 +248,31 @@ void Drain(Shared& sh) {
 }
 
 ffi::Error Impl(ffi::ThreadPool pool, ffi::Buffer<ffi::F32> q, ffi::Buffer<ffi::F32> k,
-                ffi::Buffer<ffi::F32> v, ffi::Buffer<ffi::S32> count, ffi::Buffer<ffi::F32> pk,
+                ffi::Buffer<ffi::F32> v, ffi::Buffer<ffi::F32> k_new, ffi::Buffer<ffi::F32> v_new,
+                ffi::Buffer<ffi::S32> slot, ffi::Buffer<ffi::S32> count, ffi::Buffer<ffi::F32> pk,
                 ffi::Buffer<ffi::F32> pv, ffi::Buffer<ffi::S32> plen, ffi::Buffer<ffi::S32> row0,
-                ffi::ResultBuffer<ffi::F32> out, int64_t group, int64_t threads) {
+                ffi::ResultBuffer<ffi::F32> out, ffi::ResultBuffer<ffi::F32> k_out,
+                ffi::ResultBuffer<ffi::F32> v_out, int64_t group, int64_t threads) {
   const auto qd = q.dimensions(), kd = k.dimensions(), vd = v.dimensions();
   const auto pkd = pk.dimensions(), pvd = pv.dimensions();
   if (qd.size() != 4 || kd.size() != 4 || vd.size() != 4 || pkd.size() != 4 || pvd.size() != 4)
     return ffi::Error::InvalidArgument("decode_attention: q, keys, values, prefix need rank 4");
-  Problem pb{q.typed_data(), k.typed_data(), v.typed_data(), count.typed_data(),
-             pk.typed_data(), pv.typed_data(), plen.typed_data(), out->typed_data(),
-             qd[0], qd[1], qd[2], qd[3], kd[3], pkd[0], pkd[3], group, row0.typed_data()[0]};
+  // XLA aliases the cache outputs with the inputs; should it ever hand over separate buffers,
+  // start them from the inputs.
+  if (k_out->typed_data() != k.typed_data())
+    std::copy(k.typed_data(), k.typed_data() + k.element_count(), k_out->typed_data());
+  if (v_out->typed_data() != v.typed_data())
+    std::copy(v.typed_data(), v.typed_data() + v.element_count(), v_out->typed_data());
+  Problem pb{q.typed_data(), k_out->typed_data(), v_out->typed_data(), k_new.typed_data(),
+             v_new.typed_data(), slot.typed_data(), count.typed_data(), pk.typed_data(),
+             pv.typed_data(), plen.typed_data(), out->typed_data(), qd[0], qd[1], qd[2], qd[3],
+             kd[3], pkd[0], pkd[3], group, row0.typed_data()[0]};
   const bool ok = kd[0] == pb.n && kd[1] == pb.kv && kd[2] == pb.f && vd[0] == pb.n &&
                   vd[1] == pb.kv && vd[2] == pb.s && vd[3] == pb.f && pkd[1] == pb.kv &&
                   pkd[2] == pb.f && pvd[0] == pb.b && pvd[1] == pb.kv && pvd[2] == pb.p &&
                   pvd[3] == pb.f && count.element_count() == pb.n &&
+                  slot.element_count() == pb.n && k_new.element_count() == pb.n * pb.kv * pb.f &&
+                  v_new.element_count() == pb.n * pb.kv * pb.f &&
                   plen.element_count() == pb.b && pb.b > 0 && group > 0;
   if (!ok) return ffi::Error::InvalidArgument("decode_attention: inconsistent shapes");
   auto sh = std::make_shared<Shared>();
@@ -274,11 +296,16 @@ XLA_FFI_DEFINE_HANDLER_SYMBOL(ArenaDecodeAttention, Impl,
                                   .Arg<ffi::Buffer<ffi::F32>>()
                                   .Arg<ffi::Buffer<ffi::F32>>()
                                   .Arg<ffi::Buffer<ffi::F32>>()
+                                  .Arg<ffi::Buffer<ffi::F32>>()
+                                  .Arg<ffi::Buffer<ffi::F32>>()
+                                  .Arg<ffi::Buffer<ffi::S32>>()
                                   .Arg<ffi::Buffer<ffi::S32>>()
                                   .Arg<ffi::Buffer<ffi::F32>>()
                                   .Arg<ffi::Buffer<ffi::F32>>()
                                   .Arg<ffi::Buffer<ffi::S32>>()
                                   .Arg<ffi::Buffer<ffi::S32>>()
+                                  .Ret<ffi::Buffer<ffi::F32>>()
+                                  .Ret<ffi::Buffer<ffi::F32>>()
                                   .Ret<ffi::Buffer<ffi::F32>>()
                                   .Attr<int64_t>("group")
                                   .Attr<int64_t>("threads"));

@@ -104,16 +104,18 @@ def _shard_map():
       "jax.experimental.shard_map", fromlist=["shard_map"]).shard_map
 
 
-def attend(q_NKRF, k_NKFS, v_NKSF, count_N, prefix=None, *, group: int = 1,
+def attend(q_NKRF, k_NKFS, v_NKSF, count_N, prefix=None, *, new=None, group: int = 1,
            mesh: Mesh | None = None, threads: int = 2):
-  """Attention of one query token per row: out [N, K, R, F] float32.
+  """Attention of one query token per row: (out [N, K, R, F] float32, keys, values).
 
-  q_NKRF is already scaled by F^-1/2. Row n sees the first count_N[n] slots of its own buffers
-  and, given ``prefix`` = (keys [B, K, F, P], values [B, K, P, F], lengths_B), the first
-  lengths_B[b] slots of prompt b = n // group; one softmax over both (a row that sees nothing
-  gets zeros). With a ``mesh`` the rows are split over its 'data' axis (shard_map; the prefix is
-  replicated), so each device runs the kernel on its own rows. ``threads``: most threads of XLA's
-  pool one call uses.
+  q_NKRF is already scaled by F^-1/2. ``new`` = (keys [N, K, F], values [N, K, F], slot_N):
+  first written into each row's buffers at slot_N[n] (dropped outside [0, S)), in place: the
+  returned keys and values are the updated buffers (donate them, as decode does, and XLA writes
+  the inputs' memory). Row n then sees the first count_N[n] slots of its own buffers and, given
+  ``prefix`` = (keys [B, K, F, P], values [B, K, P, F], lengths_B), the first lengths_B[b] slots
+  of prompt b = n // group; one softmax over both (a row that sees nothing gets zeros). With a
+  ``mesh`` the rows are split over its 'data' axis (shard_map; the prefix is replicated), so each
+  device runs the kernel on its own rows. ``threads``: most threads of XLA's pool one call uses.
   """
   if not _registered():
     raise RuntimeError(f"the decode attention kernel could not be built from {_SOURCE} (see the "
@@ -124,39 +126,49 @@ def attend(q_NKRF, k_NKFS, v_NKSF, count_N, prefix=None, *, group: int = 1,
     plen, group = jnp.zeros((1,), jnp.int32), n
   else:
     pk, pv, plen = prefix
+  if new is None:
+    k_new = v_new = jnp.zeros((n, kv, f), jnp.float32)
+    slot_N = jnp.full((n,), -1, jnp.int32)
+  else:
+    k_new, v_new, slot_N = new
 
-  def call(q, k, v, count, pk, pv, plen, row0):
-    return jax.ffi.ffi_call(_TARGET, jax.ShapeDtypeStruct(q.shape, jnp.float32))(
-        q, k, v, count.astype(jnp.int32), pk, pv, plen.astype(jnp.int32),
-        row0.astype(jnp.int32), group=np.int64(group), threads=np.int64(threads))
+  def call(q, k, v, k_new, v_new, slot, count, pk, pv, plen, row0):
+    shapes = [jax.ShapeDtypeStruct(x.shape, jnp.float32) for x in (q, k, v)]
+    return jax.ffi.ffi_call(_TARGET, shapes, input_output_aliases={1: 1, 2: 2})(
+        q, k, v, k_new, v_new, slot.astype(jnp.int32), count.astype(jnp.int32), pk, pv,
+        plen.astype(jnp.int32), row0.astype(jnp.int32), group=np.int64(group),
+        threads=np.int64(threads))
 
+  args = (q_NKRF, k_NKFS, v_NKSF, k_new, v_new, slot_N, count_N)
   if mesh is None or mesh.shape.get("data", 1) == 1:
-    return call(q_NKRF, k_NKFS, v_NKSF, count_N, pk, pv, plen, jnp.zeros((), jnp.int32))
+    return tuple(call(*args, pk, pv, plen, jnp.zeros((), jnp.int32)))
 
-  def local(q, k, v, count, pk, pv, plen):
-    row0 = jax.lax.axis_index("data") * q.shape[0]
-    return call(q, k, v, count, pk, pv, plen, row0)
+  def local(*a):
+    return tuple(call(*a, jax.lax.axis_index("data") * a[0].shape[0]))
 
   rows, whole = P("data"), P()
-  return _shard_map()(local, mesh=mesh, in_specs=(rows, rows, rows, rows, whole, whole, whole),
-                      out_specs=rows)(q_NKRF, k_NKFS, v_NKSF, count_N, pk, pv, plen)
+  return _shard_map()(local, mesh=mesh, in_specs=(rows,) * len(args) + (whole,) * 3,
+                      out_specs=(rows,) * 3)(*args, pk, pv, plen)
 
 
 def mix(attn, q_NTHF, k_NTKF, v_NTKF, positions_NT, cache_kv, *, mesh: Mesh | None = None):
   """``Attention.mix`` for one token per row with a cache, on the kernel: (out [N, 1, K, R, F],
-  (k_NKFS, v_NKSF)). Same visibility: a query at position p sees the slots <= p of its row."""
+  (k_NKFS, v_NKSF)). Same cache write and visibility: the token goes to its position's slot and a
+  query at position p sees the slots <= p of its row."""
   cfg = attn.cfg
   n, t = q_NTHF.shape[:2]
   if t != 1:
     raise ValueError(f"decode_attention.mix takes one token per row, got {t}")
-  k_NKFS, v_NKSF = cache_kv.write(k_NTKF, v_NTKF, positions_NT)
-  count_N = jnp.minimum(cache_kv.slots(positions_NT)[:, 0] + 1, v_NKSF.shape[2])
+  slot_N = cache_kv.slots(positions_NT)[:, 0]
+  s = cache_kv.v.shape[2]
   kv = cfg.n_kv_heads
   q_NKRF = q_NTHF.reshape(n, kv, cfg.n_heads // kv, cfg.head_dim) * cfg.head_dim ** -0.5
   prefix = None
   if cache_kv.prefix_k is not None:
     prefix = (cache_kv.prefix_k, cache_kv.prefix_v, cache_kv.prefix_lengths_B)
   group = n // (1 if prefix is None else prefix[2].shape[0])
-  out_NKRF = attend(q_NKRF.astype(jnp.float32), k_NKFS, v_NKSF, count_N, prefix, group=group,
-                    mesh=mesh)
-  return out_NKRF.astype(v_NKSF.dtype)[:, None], (k_NKFS, v_NKSF)
+  f32 = lambda x: x.astype(jnp.float32)
+  out_NKRF, k_NKFS, v_NKSF = attend(
+      f32(q_NKRF), cache_kv.k, cache_kv.v, jnp.minimum(slot_N + 1, s), prefix,
+      new=(f32(k_NTKF[:, 0]), f32(v_NTKF[:, 0]), slot_N), group=group, mesh=mesh)
+  return out_NKRF[:, None], (k_NKFS, v_NKSF)

@@ -41,7 +41,7 @@ def test_kernel_equals_xla_attention_with_a_shared_prefix(r, f):
   q, k, v, pk, pv, _ = _problem(0, 6, 2, r, f, 40, 3, 21)
   count_N = jnp.asarray([1, 17, 40, 0, 33, 8], jnp.int32)
   lengths_B = jnp.asarray([21, 5, 16], jnp.int32)
-  got = jax.jit(lambda *a: decode_attention.attend(*a[:4], a[4:], group=2))(
+  got, _, _ = jax.jit(lambda *a: decode_attention.attend(*a[:4], a[4:], group=2))(
       q, k, v, count_N, pk, pv, lengths_B)
   want = _reference(q, k, v, count_N, (pk, pv, lengths_B))
   np.testing.assert_allclose(np.asarray(got), np.asarray(want), atol=2e-6, rtol=0)
@@ -52,7 +52,7 @@ def test_kernel_without_a_prefix_and_rows_that_see_nothing():
   averages masked garbage there; the sampler discards such rows' outputs either way)."""
   q, k, v, _, _, _ = _problem(1, 4, 3, 3, 64, 24, 1, 1)
   count_N = jnp.asarray([24, 0, 7, 16], jnp.int32)
-  got = np.asarray(jax.jit(decode_attention.attend)(q, k, v, count_N))
+  got = np.asarray(jax.jit(decode_attention.attend)(q, k, v, count_N)[0])
   want = np.asarray(_reference(q, k, v, count_N))
   seen = np.asarray(count_N) > 0
   np.testing.assert_allclose(got[seen], want[seen], atol=2e-6, rtol=0)
@@ -62,9 +62,32 @@ def test_kernel_without_a_prefix_and_rows_that_see_nothing():
 def test_counts_past_the_buffer_are_clamped():
   """A count above S (a finished row's position past its end) reads S slots, never beyond."""
   q, k, v, _, _, _ = _problem(2, 2, 1, 3, 64, 16, 1, 1)
-  big = jax.jit(decode_attention.attend)(q, k, v, jnp.asarray([16, 1000], jnp.int32))
+  big, _, _ = jax.jit(decode_attention.attend)(q, k, v, jnp.asarray([16, 1000], jnp.int32))
   np.testing.assert_allclose(np.asarray(big[1]), np.asarray(
       _reference(q, k, v, jnp.asarray([16, 16], jnp.int32))[1]), atol=2e-6, rtol=0)
+
+
+def test_new_keys_and_values_are_written_in_place_before_attending():
+  """``new``: each row's key and value land in its slot (a slot outside [0, S) is dropped), the
+  query already sees them, and with the buffers donated the compiled program copies nothing."""
+  q, k, v, _, _, rng = _problem(4, 4, 3, 3, 64, 32, 1, 1)
+  k_new = jnp.asarray(rng.normal(size=(4, 3, 64)), jnp.float32)
+  v_new = jnp.asarray(rng.normal(size=(4, 3, 64)), jnp.float32)
+  slot_N = jnp.asarray([0, 5, 31, 32], jnp.int32)
+  count_N = jnp.minimum(slot_N + 1, 32)
+  want_k, want_v = np.array(k), np.array(v)
+  for n in range(3):
+    want_k[n, :, :, int(slot_N[n])] = k_new[n]
+    want_v[n, :, int(slot_N[n]), :] = v_new[n]
+  want_out = _reference(q, jnp.asarray(want_k), jnp.asarray(want_v), count_N)
+  fn = jax.jit(lambda q, k, v, kn, vn, s: decode_attention.attend(q, k, v, jnp.minimum(s + 1, 32),
+                                                                  new=(kn, vn, s)),
+               donate_argnums=(1, 2))
+  assert " copy(" not in fn.lower(q, k, v, k_new, v_new, slot_N).compile().as_text()
+  out, got_k, got_v = fn(q, k, v, k_new, v_new, slot_N)
+  np.testing.assert_array_equal(np.asarray(got_k), want_k)
+  np.testing.assert_array_equal(np.asarray(got_v), want_v)
+  np.testing.assert_allclose(np.asarray(out), np.asarray(want_out), atol=2e-6, rtol=0)
 
 
 def test_rows_split_over_eight_devices_find_their_prompts():
@@ -78,9 +101,9 @@ def test_rows_split_over_eight_devices_find_their_prompts():
   rows = NamedSharding(mesh, P("data"))
   args = [jax.device_put(x, rows) for x in (q, k, v, count_N)]
   fn = jax.jit(lambda *a: decode_attention.attend(*a[:4], a[4:], group=8, mesh=mesh))
-  got = fn(*args, pk, pv, lengths_B)
+  got = fn(*args, pk, pv, lengths_B)[0]
   single = jax.jit(lambda *a: decode_attention.attend(*a[:4], a[4:], group=8))(
-      q, k, v, count_N, pk, pv, lengths_B)
+      q, k, v, count_N, pk, pv, lengths_B)[0]
   np.testing.assert_allclose(np.asarray(got), np.asarray(single), atol=0, rtol=0)
   np.testing.assert_allclose(np.asarray(got), np.asarray(
       _reference(q, k, v, count_N, (pk, pv, lengths_B))), atol=2e-6, rtol=0)
