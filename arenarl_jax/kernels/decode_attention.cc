@@ -280,8 +280,9 @@ ffi::Error Impl(ffi::ThreadPool pool, ffi::Buffer<ffi::F32> q, ffi::Buffer<ffi::
   sh->units = pb.n * pb.kv;
   sh->chunk = std::max<int64_t>(1, sh->units / 32);
   sh->chunks = (sh->units + sh->chunk - 1) / sh->chunk;
-  const int64_t helpers = std::min<int64_t>(
-      std::min<int64_t>(threads, pool.num_threads()) - 1, sh->chunks - 1);
+  const int64_t pool_threads = pool.num_threads();
+  const int64_t limit = threads > 0 ? std::min(threads, pool_threads) : pool_threads;
+  const int64_t helpers = std::min<int64_t>(limit - 1, sh->chunks - 1);
   for (int64_t i = 0; i < helpers; ++i) pool.Schedule([sh] { Drain(*sh); });
   Drain(*sh);
   while (sh->finished.load(std::memory_order_acquire) < sh->chunks) std::this_thread::yield();

@@ -105,7 +105,7 @@ def _shard_map():
 
 
 def attend(q_NKRF, k_NKFS, v_NKSF, count_N, prefix=None, *, new=None, group: int = 1,
-           mesh: Mesh | None = None, threads: int = 2):
+           mesh: Mesh | None = None, threads: int = 0):
   """Attention of one query token per row: (out [N, K, R, F] float32, keys, values).
 
   q_NKRF is already scaled by F^-1/2. ``new`` = (keys [N, K, F], values [N, K, F], slot_N):
@@ -115,7 +115,8 @@ def attend(q_NKRF, k_NKFS, v_NKSF, count_N, prefix=None, *, new=None, group: int
   ``prefix`` = (keys [B, K, F, P], values [B, K, P, F], lengths_B), the first lengths_B[b] slots
   of prompt b = n // group; one softmax over both (a row that sees nothing gets zeros). With a
   ``mesh`` the rows are split over its 'data' axis (shard_map; the prefix is replicated), so each
-  device runs the kernel on its own rows. ``threads``: most threads of XLA's pool one call uses.
+  device runs the kernel on its own rows. ``threads``: most threads of XLA's intra-op pool one
+  call uses (0: all of them).
   """
   if not _registered():
     raise RuntimeError(f"the decode attention kernel could not be built from {_SOURCE} (see the "

@@ -186,11 +186,13 @@ def decode(graphdef, params, state: SamplerState, turn: TurnState, rows: RowSett
   their fed tokens land past their end.
   The loop ends when every row stopped (early exit), or pauses when an active row has filled a
   cache smaller than cache_len: the host then moves the state to a larger cache and calls again.
-  Attention reads every slot of the cache, so growing it within a turn keeps early steps cheap.
+  XLA's attention reads every slot of the cache, so growing it within a turn keeps early steps
+  cheap (the CPU kernel, ``models.decode_attention``, reads only the filled slots).
   Step k always uses fold_in(key, k): pausing does not change what is sampled.
   Given ``kernels`` (from ``transpose_kernels``), each step runs feature-major with
-  ``models.token_step`` (weights as the left matmul operand) and samples the head's [V, N]
-  logits in place; without, it calls ``model.hidden`` and ``model.head``.
+  ``models.token_step`` (weights as the left matmul operand; attention by the
+  ``models.decode_attention`` kernel where available) and samples the head's [V, N] logits in
+  place; without, it calls ``model.hidden`` and ``model.head``.
   """
   model = nnx.merge(graphdef, params)
   n_slots = state.cache.n_slots
