@@ -6,15 +6,17 @@
 // output, so the cache is updated in place without XLA's scatter.
 //
 // Why a kernel: XLA:CPU runs decode attention as two batched library products per layer that pack
-// every (row, KV head)'s [F, S] operand per call and read every slot of the buffers, filled or not;
-// they ran at about half the machine's DRAM rate and were the decode step's critical path. Here
-// each (row, KV head) streams only its visible keys and values once, and the work is split over
-// XLA's intra-op thread pool.
+// every (row, KV head)'s [F, S] operand per call and read every slot of the buffers, filled or
+// not, plus a scatter per buffer for the new token. Here each (row, KV head) streams only its
+// visible keys and values once (register-tiled, keys prefetched by hand), and the work is split
+// over XLA's intra-op thread pool.
 //
 // Layouts (float32, row-major): q [N, K, R, F] (already scaled by F^-1/2), keys [N, K, F, S],
-// values [N, K, S, F], new key and value [N, K, F], slot [N] int32, count [N] int32, prefix keys [B, K, F, P], prefix values [B, K, P, F],
-// prefix_len [B] int32, row0 [] int32 (global index of local row 0: rows may be a shard), out
-// [N, K, R, F] followed by the updated keys and values; attribute group = rows per prompt (row n belongs to prompt (row0 + n) / group).
+// values [N, K, S, F], new key and value [N, K, F], slot [N] int32, count [N] int32, prefix keys
+// [B, K, F, P], prefix values [B, K, P, F], prefix_len [B] int32, row0 [] int32 (global index of
+// local row 0: rows may be a shard). Results: out [N, K, R, F], then the updated keys and values.
+// Attributes: group = rows per prompt (row n belongs to prompt (row0 + n) / group); threads = most
+// pool threads to use (0: all).
 #include <algorithm>
 #include <atomic>
 #include <cmath>
