@@ -2,10 +2,11 @@
 
 Why: at decode (one token per row) XLA:CPU runs attention as two batched library products per
 layer that pack each (row, KV head)'s operand on every call and read every slot of the row's
-buffers, filled or not. They streamed keys and values at about half the machine's DRAM rate and
-were the decode step's critical path (~0.9 ms of a layer's ~3 ms on the 2-core development CPU;
-benchmarks/README.md). The kernel reads only each row's visible slots, once, in one softmax with
-the prompt's shared prefix, and splits the (row, KV head) pairs over XLA's intra-op threads.
+buffers, filled or not, plus two scatters for the new token: ~1 ms of a layer's ~3 ms on the
+2-core development CPU, on the step's critical path. The kernel writes the new token in place,
+reads only each row's visible slots, once, in one softmax with the prompt's shared prefix, and
+splits the (row, KV head) pairs over XLA's intra-op threads: sampler 235 -> 283 tok/s
+(benchmarks/README.md, session 7).
 
 The kernel is built from source on first use with the system C++ compiler and jaxlib's FFI
 headers, cached on disk by a hash of (source, flags, jax version), and registered with XLA.
@@ -38,6 +39,7 @@ CACHE_ENV = "ARENARL_KERNEL_CACHE"
 
 
 def _flags() -> list[str]:
+  # -ffast-math lets the softmax's exp loop use glibc's vector expf.
   flags = ["-O3", "-ffast-math", "-fPIC", "-shared", "-std=c++17", "-w"]
   if platform.machine() in ("x86_64", "AMD64"):
     # Not -march=native: on this VM it enables instructions the CPU reports but cannot run.

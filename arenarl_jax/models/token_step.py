@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import jax
 import jax.numpy as jnp
-
 from jax.sharding import Mesh
 
 from arenarl_jax.models import decode_attention
