@@ -41,9 +41,9 @@ class Sampler:
   ``cache_sizes`` that fits and grows to the next one when a row needs room, between turns and
   within a turn (decode pauses, the state moves, decoding resumes with the same tokens):
   XLA's attention reads every slot of the cache (the CPU kernel only the filled ones), so short
-  rows stay cheap and hold little memory. Each size compiles its
-  programs once. The default ladder is ``cache_size_ladder(cache_len)`` (32, 64, 96, 128,
-  192, 256, ..., cache_len); ``cache_sizes=()`` keeps the cache at cache_len throughout.
+  rows stay cheap and hold little memory. Each size compiles its programs once. The default
+  ladder is ``cache_size_ladder(cache_len)`` (32, 64, 96, 128, 192, 256, ..., cache_len);
+  ``cache_sizes=()`` keeps the cache at cache_len throughout.
   ``feature_major``: decode steps with ``models.token_step`` (True), with ``model(...)`` (False),
   or as ``backend_options.feature_major_decode`` says for this backend (None: on CPU).
   """

@@ -46,6 +46,17 @@ struct Problem {
   int64_t n, kv, r, f, s, b, p, group, row0;
 };
 
+// out[r][:] += sum_j w[r][j] * values[j, :] for R rows of weights (w_stride apart), j < len;
+// values is [len, F]. The plain loop: the portable build, and feature sizes the tiles do not fit.
+void MixPlain(const float* w, int64_t w_stride, int64_t r_dim, const float* values,
+              int64_t f_dim, int64_t len, float* out) {
+  for (int64_t r = 0; r < r_dim; ++r)
+    for (int64_t j = 0; j < len; ++j) {
+      const float wj = w[r * w_stride + j];
+      for (int64_t f = 0; f < f_dim; ++f) out[r * f_dim + f] += wj * values[j * f_dim + f];
+    }
+}
+
 #if defined(__AVX2__) && defined(__FMA__)
 #include <immintrin.h>
 
@@ -142,13 +153,7 @@ void Scores(const float* q, int64_t r_dim, const float* keys, int64_t f_dim, int
 
 void Mix(const float* w, int64_t w_stride, int64_t r_dim, const float* values, int64_t f_dim,
          int64_t len, float* out) {
-  if (f_dim % 32) {  // not whole register tiles: the plain loop
-    for (int64_t r = 0; r < r_dim; ++r)
-      for (int64_t j = 0; j < len; ++j)
-        for (int64_t f = 0; f < f_dim; ++f)
-          out[r * f_dim + f] += w[r * w_stride + j] * values[j * f_dim + f];
-    return;
-  }
+  if (f_dim % 32) return MixPlain(w, w_stride, r_dim, values, f_dim, len, out);
   for (int64_t r = 0; r < r_dim; r += 3) {
     const float* wr = w + r * w_stride;
     float* o = out + r * f_dim;
@@ -177,11 +182,7 @@ void Scores(const float* q, int64_t r_dim, const float* keys, int64_t f_dim, int
 
 void Mix(const float* w, int64_t w_stride, int64_t r_dim, const float* values, int64_t f_dim,
          int64_t len, float* out) {
-  for (int64_t r = 0; r < r_dim; ++r)
-    for (int64_t j = 0; j < len; ++j) {
-      const float wj = w[r * w_stride + j];
-      for (int64_t f = 0; f < f_dim; ++f) out[r * f_dim + f] += wj * values[j * f_dim + f];
-    }
+  MixPlain(w, w_stride, r_dim, values, f_dim, len, out);
 }
 
 #endif

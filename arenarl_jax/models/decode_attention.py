@@ -170,8 +170,8 @@ def mix(attn, q_NTHF, k_NTKF, v_NTKF, positions_NT, cache_kv, *, mesh: Mesh | No
   if cache_kv.prefix_k is not None:
     prefix = (cache_kv.prefix_k, cache_kv.prefix_v, cache_kv.prefix_lengths_B)
   group = n // (1 if prefix is None else prefix[2].shape[0])
-  f32 = lambda x: x.astype(jnp.float32)
+  # Float32 throughout: callers use the kernel only where available(cache dtype) holds.
   out_NKRF, k_NKFS, v_NKSF = attend(
-      f32(q_NKRF), cache_kv.k, cache_kv.v, jnp.minimum(slot_N + 1, s), prefix,
-      new=(f32(k_NTKF[:, 0]), f32(v_NTKF[:, 0]), slot_N), group=group, mesh=mesh)
+      q_NKRF, cache_kv.k, cache_kv.v, jnp.minimum(slot_N + 1, s), prefix,
+      new=(k_NTKF[:, 0], v_NTKF[:, 0], slot_N), group=group, mesh=mesh)
   return out_NKRF[:, None], (k_NKFS, v_NKSF)

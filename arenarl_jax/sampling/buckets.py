@@ -38,8 +38,9 @@ def cache_size_ladder(cache_len: int, first: int = 32, growth: float = 4 / 3,
 
   XLA's decode attention reads every slot of the cache, so a cache that grows with the rows reads
   about 2/3 of the slots a full-length one would (the CPU kernel of ``models.decode_attention``
-  reads only the filled slots, but memory and resizes still follow the size); each size compiles its programs once, and a geometric
-  ladder keeps their number logarithmic in cache_len (8,192 slots: 18 sizes). Why x4/3 and not
+  reads only the filled slots, but memory and resizes still follow the size); each size compiles
+  its programs once, and a geometric ladder keeps their number logarithmic in cache_len (8,192
+  slots: 18 sizes). Why x4/3 and not
   x1.5: decode attention is memory-bound (it streams every slot's keys and values each step), so
   the slots read past the filled ones cost time at every step, while a size's compile is paid
   once; x1.5 turned 96 into 160, and the steps from 97 to 128 tokens then read 25% more slots
