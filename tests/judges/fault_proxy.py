@@ -21,7 +21,9 @@ class FaultProxy:
     self.on_forward = on_forward  # called with the forward's index when it goes upstream
     self.arrivals = 0  # chat-completion requests received
     self.forwarded = 0  # chat-completion requests that reached the upstream server
-    self.answered: list[str] = []  # per arrival: "pass", "429", "503", "hang", "reset"
+    # Per arrival, in arrival order: "pass", "429", "503", "hang", "reset". Each entry is set
+    # before the client can see the outcome, so a client that has its answer finds it recorded.
+    self.answered: list[str | None] = []
     self.bodies: list[bytes] = []  # chat-completion request bodies, in arrival order
     self.in_flight = self.max_in_flight = 0
     self._loop = asyncio.new_event_loop()
@@ -65,16 +67,18 @@ class FaultProxy:
     length = re.search(rb"(?im)^content-length:\s*(\d+)", head)
     body = await reader.readexactly(int(length.group(1))) if length else b""
     is_chat = b"/chat/completions" in head.split(b"\r\n", 1)[0]
-    action = "pass"
+    action, index = "pass", None
     if is_chat:
       index = self.arrivals
       self.arrivals += 1
       self.bodies.append(body)
       action = self.schedule[index] if index < len(self.schedule) else "pass"
+      self.answered.append(action if action == "hang" else None)
       self.in_flight += 1
       self.max_in_flight = max(self.max_in_flight, self.in_flight)
     try:
       if action in ("429", "503"):
+        self._record(index, action)
         text = f'{{"error": "injected {action}"}}'.encode()
         reason = b"Too Many Requests" if action == "429" else b"Service Unavailable"
         writer.write(b"HTTP/1.1 " + action.encode() + b" " + reason + b"\r\n"
@@ -84,9 +88,7 @@ class FaultProxy:
       elif action == "hang":
         await reader.read()  # returns when the client gives up and closes the connection
       else:
-        action = await self._forward(head, body, writer, is_chat)
-      if is_chat:
-        self.answered.append(action)
+        await self._forward(head, body, writer, index)
     except (ConnectionError, asyncio.IncompleteReadError):
       pass
     finally:
@@ -94,26 +96,32 @@ class FaultProxy:
         self.in_flight -= 1
       writer.close()
 
+  def _record(self, index: int | None, outcome: str) -> None:
+    if index is not None:  # a chat-completion request (others are not counted)
+      self.answered[index] = outcome
+
   async def _forward(self, head: bytes, body: bytes, writer: asyncio.StreamWriter,
-                     is_chat: bool) -> str:
+                     index: int | None) -> None:
     head = re.sub(rb"(?im)^connection:[^\r\n]*\r\n", b"", head)
     head = head[:-2] + b"Connection: close\r\n\r\n"
     try:
       up_reader, up_writer = await asyncio.open_connection("127.0.0.1", self.upstream_port)
     except OSError:
+      self._record(index, "reset")
       writer.transport.abort()  # upstream down: the client sees a reset connection
-      return "reset"
+      return
     up_writer.write(head + body)
     await up_writer.drain()
-    if is_chat:
+    if index is not None:
       self.forwarded += 1
       if self.on_forward is not None:  # the request is with the server now
         self.on_forward(self.forwarded)
     response = await up_reader.read()  # the upstream closes after one response
     up_writer.close()
     if not response:
+      self._record(index, "reset")
       writer.transport.abort()  # upstream died mid-request
-      return "reset"
+      return
+    self._record(index, "pass")
     writer.write(response)
     await writer.drain()
-    return "pass"
