@@ -129,7 +129,7 @@ def main() -> None:
   parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
   parser.add_argument("--http_matches", type=int, default=8, help="0 skips the HTTP part")
   parser.add_argument("--flax_matches", type=int, default=64, help="0 skips the Flax part")
-  parser.add_argument("--flax_max_rows", type=int, default=4, help="rows per compiled call")
+  parser.add_argument("--flax_max_rows", type=int, default=8, help="rows per compiled call")
   parser.add_argument("--n_threads", type=int, default=2, help="llama.cpp threads")
   parser.add_argument("--max_tokens", type=int, default=192)
   args = parser.parse_args()

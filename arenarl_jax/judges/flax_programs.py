@@ -98,14 +98,15 @@ class BranchLayout:
     return len(self.first)
 
 
-@backend_options.program(static_argnames=("graphdef",))
-def prefill_prefix(graphdef, params, tokens_1T) -> KVCache:
-  """A one-row cache holding the shared prefix at positions 0..T-1."""
+@backend_options.program(static_argnames=("graphdef", "kernel"))
+def prefill_prefix(graphdef, params, tokens_1T, *, kernel: bool = False) -> KVCache:
+  """A one-row cache holding the shared prefix at positions 0..T-1. ``kernel``: attention on the
+  compiled CPU kernel (``models.cache_attention``), here and in ``score_rows``."""
   TRACES["prefill_prefix", 1, tokens_1T.shape[1]] += 1
   model = nnx.merge(graphdef, params)
   t = tokens_1T.shape[1]
   cache = KVCache.init(model.cfg, 1, t)
-  return model.fill(tokens_1T, jnp.arange(t, dtype=jnp.int32)[None], cache=cache)
+  return model.fill(tokens_1T, jnp.arange(t, dtype=jnp.int32)[None], cache=cache, kernel=kernel)
 
 
 def key_slot_axis(cfg) -> int:
@@ -194,15 +195,17 @@ def score_log_probs(first_NBV, after_one_NBV, digits, ten: int):
   return lp_NBS - total_NB[..., None], jnp.exp(total_NB)
 
 
-@backend_options.program(static_argnames=("graphdef", "layout", "block"))
+@backend_options.program(static_argnames=("graphdef", "layout", "block", "kernel"))
 def score_rows(graphdef, params, prefix: KVCache, tokens_NT, lengths_N, *, layout: BranchLayout,
-               block: int):
+               block: int, kernel: bool = False):
   """Per row and branch: (score probabilities [N, B, 11], mass on score tokens [N, B]).
 
   Rows are the prefix (every row the same) followed by ``lengths_N`` real tokens of ``tokens_NT``
   (right-padded). The text goes through the model in ``block``-token pieces, each with a cache
   grown by that piece only, so its attention covers the slots filled so far instead of the
   whole (mostly masked) cache: causal attention costs ~T·(prefix + T/2) scores, not T·(prefix + T).
+  ``kernel``: the text's attention runs on the compiled CPU kernel, which reads exactly each
+  query's visible slots (the branches' tree attention stays in XLA).
   """
   n, t = tokens_NT.shape
   TRACES["score_rows", n, t] += 1
@@ -214,7 +217,7 @@ def score_rows(graphdef, params, prefix: KVCache, tokens_NT, lengths_N, *, layou
     size = min(block, t - start)
     cache = pad_slots(cache, size, key_axis)
     positions_NT = ts + start + jnp.broadcast_to(jnp.arange(size, dtype=jnp.int32), (n, size))
-    cache = model.fill(tokens_NT[:, start:start + size], positions_NT, cache=cache)
+    cache = model.fill(tokens_NT[:, start:start + size], positions_NT, cache=cache, kernel=kernel)
   h_NQD = branch_hidden(model, cache, ts + lengths_N, layout)
   two_tokens = layout.after_one[0] >= 0
   reads = layout.first + (layout.after_one if two_tokens else ())

@@ -5,6 +5,7 @@ import jax
 import jax.numpy as jnp
 from flax import nnx
 
+from arenarl_jax.models import cache_attention
 from arenarl_jax.models.config import ModelConfig
 from arenarl_jax.models.layers import Linear, RMSNorm
 from arenarl_jax.models.rope import apply_rope
@@ -100,15 +101,23 @@ class Attention(nnx.Module):
       q_NTHF, k_NTKF = self.q_norm(q_NTHF), self.k_norm(k_NTKF)
     return apply_rope(q_NTHF, cos_NTF, sin_NTF), apply_rope(k_NTKF, cos_NTF, sin_NTF), v_NTKF
 
-  def __call__(self, x_NTD, cos_NTF, sin_NTF, positions_NT, *, mask_NT=None, cache_kv=None):
+  def __call__(self, x_NTD, cos_NTF, sin_NTF, positions_NT, *, mask_NT=None, cache_kv=None,
+               kernel: bool = False):
     """Returns (out_NTD, (k_NKFS, v_NKSF) or None); ``cache_kv`` is a kv_cache.LayerCache."""
     n, t, _ = x_NTD.shape
     out_NTKRF, new_cache = self.mix(*self.project(x_NTD, cos_NTF, sin_NTF), positions_NT,
-                                    mask_NT=mask_NT, cache_kv=cache_kv)
+                                    mask_NT=mask_NT, cache_kv=cache_kv, kernel=kernel)
     return self.o(out_NTKRF.reshape(n, t, -1)), new_cache
 
-  def mix(self, q_NTHF, k_NTKF, v_NTKF, positions_NT, *, mask_NT=None, cache_kv=None):
-    """Attention of projected heads: (out [N, T, K, R, F], (k_NKFS, v_NKSF) or None)."""
+  def mix(self, q_NTHF, k_NTKF, v_NTKF, positions_NT, *, mask_NT=None, cache_kv=None,
+          kernel: bool = False):
+    """Attention of projected heads: (out [N, T, K, R, F], (k_NKFS, v_NKSF) or None).
+
+    ``kernel``: with a cache, attend with the compiled CPU kernel (``cache_attention``; the
+    caller checks ``cache_attention.available``): the same function, without materialising
+    the [N, K, T*R, S] scores. Unsharded programs only (it has no partitioning rule)."""
+    if kernel and cache_kv is not None:
+      return cache_attention.chunk_mix(self, q_NTHF, k_NTKF, v_NTKF, positions_NT, cache_kv)
     cfg = self.cfg
     n, t = q_NTHF.shape[:2]
     kv = cfg.n_kv_heads

@@ -10,8 +10,8 @@ at N = 32 measured 102.9 -> 63.7 ms on the 2-core development CPU (benchmarks/RE
 ``transposed_kernels`` makes the [out, in] copies (one weight-sized buffer; the Sampler makes
 them once per set of weights). Activations stay [D, N] through norms, projections, the MLP and
 the head; only the heads' small [N, ...] views go through ``Attention.heads`` (q/k norm, RoPE)
-and the attention: ``decode_attention.mix`` (a compiled CPU kernel that reads only the rows'
-visible slots) where ``decode_attention.available()``, else the model's own ``Attention.mix``.
+and the attention: ``cache_attention.decode_mix`` (a compiled CPU kernel that reads only the rows'
+visible slots) where ``cache_attention.available()``, else the model's own ``Attention.mix``.
 The result equals ``model(tokens_N1, positions_N1, cache=cache)`` up to float rounding (tests
 check it).
 """
@@ -21,7 +21,7 @@ import jax
 import jax.numpy as jnp
 from jax.sharding import Mesh
 
-from arenarl_jax.models import decode_attention
+from arenarl_jax.models import cache_attention
 from arenarl_jax.models.kv_cache import KVCache
 from arenarl_jax.models.rope import rope_tables
 from arenarl_jax.models.transformer import Transformer
@@ -66,10 +66,10 @@ def hidden(model, kernels, tokens_N, positions_N, cache: KVCache, *, mesh: Mesh 
            kernel: bool | None = None):
   """(final-norm hidden states [D, N], cache) for one token per row at its position.
 
-  ``kernel``: attend with ``decode_attention`` (True) or ``Attention.mix`` (False); None: the
+  ``kernel``: attend with ``cache_attention`` (True) or ``Attention.mix`` (False); None: the
   kernel where it is available. ``mesh``: the kernel splits the rows over its 'data' axis."""
   if kernel is None:
-    kernel = decode_attention.available(cache.v[0].dtype)
+    kernel = cache_attention.available(cache.v[0].dtype)
   layers_t, _ = kernels
   n = tokens_N.shape[0]
   positions_N1 = positions_N[:, None]
@@ -84,7 +84,7 @@ def hidden(model, kernels, tokens_N, positions_N, cache: KVCache, *, mesh: Mesh 
                          _rows(_linear(attn.v, wv, h_DN)), cos, sin)
     layer_cache = cache.layer(i, start_N)
     if kernel:
-      out_N1KRF, (k_NKFS, v_NKSF) = decode_attention.mix(attn, q, k, v, positions_N1,
+      out_N1KRF, (k_NKFS, v_NKSF) = cache_attention.decode_mix(attn, q, k, v, positions_N1,
                                                          layer_cache, mesh=mesh)
     else:
       out_N1KRF, (k_NKFS, v_NKSF) = attn.mix(q, k, v, positions_N1, cache_kv=layer_cache)

@@ -30,9 +30,10 @@ class Block(nnx.Module):
     self.mlp_norm = RMSNorm(cfg.d_model, cfg.norm_eps, cfg.dtype)
     self.mlp = MLP(cfg.d_model, cfg.ffn_dim, dtype=cfg.dtype, rngs=rngs)
 
-  def __call__(self, x_NTD, cos, sin, positions_NT, *, mask_NT=None, cache_kv=None):
+  def __call__(self, x_NTD, cos, sin, positions_NT, *, mask_NT=None, cache_kv=None,
+               kernel: bool = False):
     a_NTD, cache_kv = self.attn(self.attn_norm(x_NTD), cos, sin, positions_NT,
-                                mask_NT=mask_NT, cache_kv=cache_kv)
+                                mask_NT=mask_NT, cache_kv=cache_kv, kernel=kernel)
     x_NTD = x_NTD + a_NTD
     return x_NTD + self.mlp(self.mlp_norm(x_NTD)), cache_kv
 
@@ -49,15 +50,18 @@ class Transformer(nnx.Module):
     self.lm_head = None if cfg.tie_embeddings else Linear(
         cfg.d_model, cfg.vocab_size, bias=False, dtype=cfg.dtype, rngs=rngs)
 
-  def hidden(self, tokens_NT, positions_NT=None, *, cache: KVCache | None = None, mask_NT=None):
-    return self._run(tokens_NT, positions_NT, cache, mask_NT, outputs=True)
+  def hidden(self, tokens_NT, positions_NT=None, *, cache: KVCache | None = None, mask_NT=None,
+             kernel: bool = False):
+    return self._run(tokens_NT, positions_NT, cache, mask_NT, outputs=True, kernel=kernel)
 
-  def fill(self, tokens_NT, positions_NT, *, cache: KVCache) -> KVCache:
+  def fill(self, tokens_NT, positions_NT, *, cache: KVCache, kernel: bool = False) -> KVCache:
     """Only writes the chunk's keys and values into every layer of ``cache``: the last layer's
-    attention and MLP, which only the chunk's outputs need, are skipped (~1/L of the work)."""
-    return self._run(tokens_NT, positions_NT, cache, None, outputs=False)[1]
+    attention and MLP, which only the chunk's outputs need, are skipped (~1/L of the work).
+    ``kernel``: attend with the compiled CPU kernel (see ``Attention.mix``)."""
+    return self._run(tokens_NT, positions_NT, cache, None, outputs=False, kernel=kernel)[1]
 
-  def _run(self, tokens_NT, positions_NT, cache, mask_NT, *, outputs: bool):
+  def _run(self, tokens_NT, positions_NT, cache, mask_NT, *, outputs: bool,
+           kernel: bool = False):
     n, t = tokens_NT.shape
     bound = None if cache is None else cache.position_bound
     if positions_NT is None:
@@ -72,7 +76,8 @@ class Transformer(nnx.Module):
         _, k_NTKF, v_NTKF = layer.attn.project(layer.attn_norm(x_NTD), cos, sin)
         kv = kv.write(k_NTKF, v_NTKF, positions_NT)
       else:
-        x_NTD, kv = layer(x_NTD, cos, sin, positions_NT, mask_NT=mask_NT, cache_kv=kv)
+        x_NTD, kv = layer(x_NTD, cos, sin, positions_NT, mask_NT=mask_NT, cache_kv=kv,
+                          kernel=kernel)
       if kv is not None:
         new_k.append(kv[0])
         new_v.append(kv[1])

@@ -187,11 +187,11 @@ def decode(graphdef, params, state: SamplerState, turn: TurnState, rows: RowSett
   The loop ends when every row stopped (early exit), or pauses when an active row has filled a
   cache smaller than cache_len: the host then moves the state to a larger cache and calls again.
   XLA's attention reads every slot of the cache, so growing it within a turn keeps early steps
-  cheap (the CPU kernel, ``models.decode_attention``, reads only the filled slots).
+  cheap (the CPU kernel, ``models.cache_attention``, reads only the filled slots).
   Step k always uses fold_in(key, k): pausing does not change what is sampled.
   Given ``kernels`` (from ``transpose_kernels``), each step runs feature-major with
   ``models.token_step`` (weights as the left matmul operand; attention by the
-  ``models.decode_attention`` kernel where available) and samples the head's [V, N] logits in
+  ``models.cache_attention`` kernel where available) and samples the head's [V, N] logits in
   place; without, it calls ``model.hidden`` and ``model.head``.
   """
   model = nnx.merge(graphdef, params)

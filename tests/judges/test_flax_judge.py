@@ -15,6 +15,7 @@ from arenarl_jax.judges import render
 from arenarl_jax.judges import rubric as rubric_lib
 from arenarl_jax.judges import verdict as verdict_lib
 from arenarl_jax.models import config as config_lib
+from arenarl_jax.models import cache_attention
 from arenarl_jax.models.embedded import find_smollm2_gguf
 from arenarl_jax.models.transformer import Transformer, make_model
 from arenarl_jax.tokenizer import Tokenizer
@@ -172,8 +173,10 @@ def test_fixed_score_logits_give_hand_computed_scores(tok):
 
 
 # ---------------------------------------------------------------- the device program
-@pytest.mark.parametrize("family", ["llama", "qwen3"])
-def test_branch_reads_equal_each_branch_as_its_own_sequence(family):
+@pytest.mark.parametrize("family,kernel", [("llama", False), ("qwen3", False), ("llama", True)])
+def test_branch_reads_equal_each_branch_as_its_own_sequence(family, kernel):
+  if kernel and not cache_attention.available():
+    pytest.skip("no C++ compiler / not a CPU backend")
   cfg = dataclasses.replace(TINY, vocab_size=1024)
   if family == "qwen3":
     cfg = dataclasses.replace(cfg, family="qwen3", qk_norm=True, qkv_bias=True,
@@ -191,9 +194,10 @@ def test_branch_reads_equal_each_branch_as_its_own_sequence(family):
   tokens = np.zeros((2, 64), np.int32)
   for r, ids in enumerate(rows):
     tokens[r, :len(ids)] = ids
-  cache = flax_programs.prefill_prefix(graphdef, params, prefix[None])
+  cache = flax_programs.prefill_prefix(graphdef, params, prefix[None], kernel=kernel)
   probs, mass = flax_programs.score_rows(graphdef, params, cache, tokens,
-                                         np.array([20, 33], np.int32), layout=layout, block=24)
+                                         np.array([20, 33], np.int32), layout=layout, block=24,
+                                         kernel=kernel)
   # Reference: prefix + row + branch + "1" as ONE plain causal sequence per (row, branch), all
   # right-padded into one batch (causal: padding after a sequence cannot change it).
   seqs = [np.concatenate([prefix, ids, branch, [11]]) for ids in rows for branch in branches]

@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 from flax import nnx
 
-from arenarl_jax.models import decode_attention, token_step
+from arenarl_jax.models import cache_attention, token_step
 from arenarl_jax.models.kv_cache import KVCache
 from arenarl_jax.models.safetensors_io import load_hf_dir
 
@@ -15,7 +15,7 @@ VARIANTS = ["llama_attention_bias", "qwen2_yarn_untied", "qwen3", "llama3_untied
 
 def _both_steps(model, tokens_N, positions_N, cache, kernel=None):
   """(feature-major logits and cache, the model's logits and cache), both jitted. ``kernel``:
-  the feature-major step's attention (decode_attention kernel, XLA, or the default)."""
+  the feature-major step's attention (cache_attention kernel, XLA, or the default)."""
   fm = nnx.jit(lambda m, t, p, c: token_step.step(m, token_step.transposed_kernels(m), t, p, c,
                                                   kernel=kernel))
   ref = nnx.jit(lambda m, t, p, c: m(t[:, None], p[:, None], cache=c))
@@ -25,7 +25,7 @@ def _both_steps(model, tokens_N, positions_N, cache, kernel=None):
 
 
 @pytest.mark.parametrize("kernel", [False, pytest.param(True, marks=pytest.mark.skipif(
-    not decode_attention.available(), reason="no decode attention kernel here"))])
+    not cache_attention.available(), reason="no decode attention kernel here"))])
 @pytest.mark.parametrize("variant", VARIANTS)
 def test_steps_after_a_shared_prefix_equal_the_model_call(variant, kernel, hf_dirs):
   """B = 2 prompts (3 and 5 tokens) shared by G = 2 rows each, rows at different lengths; three

@@ -1,22 +1,25 @@
-// Decode attention on CPU as an XLA FFI custom call (models/decode_attention.py builds, loads and
-// calls it). One query token per row: each (row, KV head) attends to the first count[n] slots of
-// its own key/value buffers and the first prefix_len[b] slots of its prompt's shared prefix, with
-// one softmax over both parts. Before attending, each row's new key and value are written into
-// its buffers at slot[n] (dropped when outside [0, S)): the buffers are aliased from input to
-// output, so the cache is updated in place without XLA's scatter.
+// Attention against the KV cache on CPU as an XLA FFI custom call (models/cache_attention.py
+// builds, loads and calls it), for one query token per row (decode) or a chunk of T tokens per row
+// (prefill, extend, the judge's text). Token t of row n attends to the first count[n, t] slots of
+// the row's own key/value buffers and the first prefix_len[b] slots of its prompt's shared prefix,
+// with one softmax over both parts. Decode first writes each row's new key and value into its
+// buffers at slot[n] (dropped when outside [0, S)): the buffers are aliased from input to output,
+// so the cache is updated in place without XLA's scatter (chunks are written by the caller).
 //
-// Why a kernel: XLA:CPU runs decode attention as two batched library products per layer that pack
-// every (row, KV head)'s [F, S] operand per call and read every slot of the buffers, filled or
-// not, plus a scatter per buffer for the new token. Here each (row, KV head) streams only its
-// visible keys and values once (register-tiled, keys prefetched by hand), and the work is split
-// over XLA's intra-op thread pool.
+// Why a kernel: XLA:CPU runs this attention as two batched library products per layer around a
+// materialised [N, K, T*R, S] score tensor: at decode the products pack every (row, KV head)'s
+// operand per call and read every slot of the buffers, filled or not; for chunks the score tensor
+// (tens of MB per layer) makes the softmax passes memory-bound and every query reads every slot,
+// including the causal future. Here each query reads only its visible keys and values, the scores
+// stay in a small per-thread buffer, the products are register-tiled (keys prefetched by hand) and
+// the exponential is vectorised; the work is split over XLA's intra-op thread pool.
 //
-// Layouts (float32, row-major): q [N, K, R, F] (already scaled by F^-1/2), keys [N, K, F, S],
-// values [N, K, S, F], new key and value [N, K, F], slot [N] int32, count [N] int32, prefix keys
-// [B, K, F, P], prefix values [B, K, P, F], prefix_len [B] int32, row0 [] int32 (global index of
-// local row 0: rows may be a shard). Results: out [N, K, R, F], then the updated keys and values.
-// Attributes: group = rows per prompt (row n belongs to prompt (row0 + n) / group); threads = most
-// pool threads to use (0: all).
+// Layouts (float32, row-major): q [N, K, T, R, F] (already scaled by F^-1/2), keys [N, K, F, S],
+// values [N, K, S, F], new key and value [N, K, F], slot [N] int32 (-1 or out of range: no write;
+// only with T = 1), count [N, T] int32, prefix keys [B, K, F, P], prefix values [B, K, P, F],
+// prefix_len [B] int32, row0 [] int32 (global index of local row 0: rows may be a shard). Results:
+// out [N, K, T, R, F], then the updated keys and values. Attributes: group = rows per prompt (row
+// n belongs to prompt (row0 + n) / group); threads = most pool threads to use (0: all).
 #include <algorithm>
 #include <atomic>
 #include <cmath>
@@ -43,8 +46,12 @@ struct Problem {
   const float* pv;
   const int32_t* plen;
   float* out;
-  int64_t n, kv, r, f, s, b, p, group, row0;
+  int64_t n, kv, t, r, f, s, b, p, group, row0;
+  int64_t tile;  // query tokens per unit of work
 };
+
+// Query tokens scored together: their R heads' queries share each key load (up to 6 queries).
+inline int64_t TokensPerGroup(int64_t r) { return std::max<int64_t>(1, 6 / r); }
 
 // out[r][:] += sum_j w[r][j] * values[j, :] for R rows of weights (w_stride apart), j < len;
 // values is [len, F]. The plain loop: the portable build, and feature sizes the tiles do not fit.
@@ -136,19 +143,69 @@ void MixTile(const float* w, int64_t w_stride, const float* values, int64_t f_di
   }
 }
 
-// Both products for all R queries, in groups of up to 3 (12 accumulators + loads fit the 16
-// vector registers).
+// The scores of r_dim queries, in groups of up to 6 (12 accumulators + 2 keys + 1 broadcast fit
+// the 16 vector registers); the values' product in groups of up to 3 (3 x 4 accumulators).
 void Scores(const float* q, int64_t r_dim, const float* keys, int64_t f_dim, int64_t stride,
             int64_t len, float* scores, int64_t scores_stride) {
-  for (int64_t r = 0; r < r_dim; r += 3) {
+  for (int64_t r = 0; r < r_dim; r += 6) {
     const float* qr = q + r * f_dim;
     float* sr = scores + r * scores_stride;
-    switch (std::min<int64_t>(3, r_dim - r)) {
+    switch (std::min<int64_t>(6, r_dim - r)) {
       case 1: ScoresTile<1>(qr, keys, f_dim, stride, len, sr, scores_stride); break;
       case 2: ScoresTile<2>(qr, keys, f_dim, stride, len, sr, scores_stride); break;
-      default: ScoresTile<3>(qr, keys, f_dim, stride, len, sr, scores_stride);
+      case 3: ScoresTile<3>(qr, keys, f_dim, stride, len, sr, scores_stride); break;
+      case 4: ScoresTile<4>(qr, keys, f_dim, stride, len, sr, scores_stride); break;
+      case 5: ScoresTile<5>(qr, keys, f_dim, stride, len, sr, scores_stride); break;
+      default: ScoresTile<6>(qr, keys, f_dim, stride, len, sr, scores_stride);
     }
   }
+}
+
+// exp(x) for x <= 0 (softmax inputs after subtracting the maximum): 2^n * p(x - n ln 2) with a
+// degree-6 Taylor polynomial on |x - n ln 2| <= ln(2)/2 (relative error < 2e-7). Chunk attention
+// takes ~10^7 exponentials per layer; the scalar expf would cost as much as both products.
+inline __m256 Exp(__m256 x) {
+  x = _mm256_max_ps(x, _mm256_set1_ps(-87.0f));  // 2^-126 and below are flushed by the caller
+  const __m256 n = _mm256_round_ps(_mm256_mul_ps(x, _mm256_set1_ps(1.44269504f)),
+                                   _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  __m256 r = _mm256_fnmadd_ps(n, _mm256_set1_ps(0.693145752f), x);
+  r = _mm256_fnmadd_ps(n, _mm256_set1_ps(1.42860677e-6f), r);
+  __m256 p = _mm256_set1_ps(1.0f / 720);
+  for (const float c : {1.0f / 120, 1.0f / 24, 1.0f / 6, 0.5f, 1.0f, 1.0f})
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(c));
+  const __m256i e = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(n),
+                                                       _mm256_set1_epi32(127)), 23);
+  return _mm256_mul_ps(p, _mm256_castsi256_ps(e));
+}
+
+// s[j] = exp(s[j] - m) for j < len; returns their sum.
+float ExpSum(float* s, int64_t len, float m) {
+  const __m256 mv = _mm256_set1_ps(m);
+  __m256 acc = _mm256_setzero_ps();
+  int64_t j = 0;
+  for (; j + 8 <= len; j += 8) {
+    const __m256 e = Exp(_mm256_sub_ps(_mm256_loadu_ps(s + j), mv));
+    _mm256_storeu_ps(s + j, e);
+    acc = _mm256_add_ps(acc, e);
+  }
+  alignas(32) float lanes[8];
+  _mm256_store_ps(lanes, acc);
+  float sum = 0.0f;
+  for (const float x : lanes) sum += x;
+  for (; j < len; ++j) sum += s[j] = std::exp(s[j] - m);
+  return sum;
+}
+
+float Max(const float* s, int64_t len) {
+  __m256 acc = _mm256_set1_ps(-INFINITY);
+  int64_t j = 0;
+  for (; j + 8 <= len; j += 8) acc = _mm256_max_ps(acc, _mm256_loadu_ps(s + j));
+  alignas(32) float lanes[8];
+  _mm256_store_ps(lanes, acc);
+  float m = -INFINITY;
+  for (const float x : lanes) m = std::max(m, x);
+  for (; j < len; ++j) m = std::max(m, s[j]);
+  return m;
 }
 
 void Mix(const float* w, int64_t w_stride, int64_t r_dim, const float* values, int64_t f_dim,
@@ -185,48 +242,68 @@ void Mix(const float* w, int64_t w_stride, int64_t r_dim, const float* values, i
   MixPlain(w, w_stride, r_dim, values, f_dim, len, out);
 }
 
+float ExpSum(float* s, int64_t len, float m) {
+  float sum = 0.0f;
+  for (int64_t j = 0; j < len; ++j) sum += s[j] = std::exp(s[j] - m);
+  return sum;
+}
+
+float Max(const float* s, int64_t len) {
+  float m = -INFINITY;
+  for (int64_t j = 0; j < len; ++j) m = std::max(m, s[j]);
+  return m;
+}
+
 #endif
 
-// One (row, KV head): its R queries against its prefix and own slots. scratch holds R x (P + S)
-// floats: per query its prefix scores, then its own-slot scores.
+// One unit: a (row, KV head) and a tile of its query tokens. Each token's R queries attend to
+// the prompt's prefix and the first count[n, t] own slots. Tokens are taken a few at a time (their
+// queries share key loads); a token that sees fewer own slots than the group's longest has the
+// rest of its scores zeroed after the exponential. scratch holds 6 x (P + S) + 6 floats.
 void Unit(const Problem& pb, int64_t unit, float* scratch) {
-  const int64_t n = unit / pb.kv, h = unit % pb.kv;
-  float* keys = pb.k + (n * pb.kv + h) * pb.f * pb.s;
-  float* values = pb.v + (n * pb.kv + h) * pb.s * pb.f;
-  if (const int64_t at = pb.slot[n]; at >= 0 && at < pb.s) {
-    const float* k_new = pb.k_new + (n * pb.kv + h) * pb.f;
-    const float* v_new = pb.v_new + (n * pb.kv + h) * pb.f;
+  const int64_t tiles = (pb.t + pb.tile - 1) / pb.tile;
+  const int64_t pair = unit / tiles, t_begin = (unit % tiles) * pb.tile;
+  const int64_t t_end = std::min(pb.t, t_begin + pb.tile);
+  const int64_t n = pair / pb.kv, h = pair % pb.kv;
+  float* keys = pb.k + pair * pb.f * pb.s;
+  float* values = pb.v + pair * pb.s * pb.f;
+  if (const int64_t at = pb.slot[n]; at >= 0 && at < pb.s) {  // only with t == 1 (checked)
+    const float* k_new = pb.k_new + pair * pb.f;
+    const float* v_new = pb.v_new + pair * pb.f;
     for (int64_t f = 0; f < pb.f; ++f) keys[f * pb.s + at] = k_new[f];
     std::copy(v_new, v_new + pb.f, values + at * pb.f);
   }
-  const int64_t own = std::clamp<int64_t>(pb.count[n], 0, pb.s);
   const int64_t prompt = std::clamp<int64_t>((pb.row0 + n) / pb.group, 0, pb.b - 1);
   const int64_t pre = std::clamp<int64_t>(pb.plen[prompt], 0, pb.p);
-  const int64_t total = pre + own, width = pb.p + pb.s;
-  const float* q = pb.q + (n * pb.kv + h) * pb.r * pb.f;
-  float* out = pb.out + (n * pb.kv + h) * pb.r * pb.f;
-  std::fill(out, out + pb.r * pb.f, 0.0f);
-  if (total == 0) return;  // nothing visible (a finished row's dropped token): zeros
   const float* pkeys = pb.pk + (prompt * pb.kv + h) * pb.f * pb.p;
   const float* pvalues = pb.pv + (prompt * pb.kv + h) * pb.p * pb.f;
-  Scores(q, pb.r, pkeys, pb.f, pb.p, pre, scratch, width);
-  Scores(q, pb.r, keys, pb.f, pb.s, own, scratch + pre, width);
-  float* inv = scratch + pb.r * width;
-  for (int64_t r = 0; r < pb.r; ++r) {
-    float* s = scratch + r * width;
-    float m = s[0];
-    for (int64_t j = 1; j < total; ++j) m = std::max(m, s[j]);
-    float sum = 0.0f;
-    for (int64_t j = 0; j < total; ++j) {
-      s[j] = std::exp(s[j] - m);
-      sum += s[j];
+  const int64_t width = pb.p + pb.s, step = TokensPerGroup(pb.r);
+  float* inv = scratch + std::max<int64_t>(6, pb.r) * width;
+  for (int64_t t0 = t_begin; t0 < t_end; t0 += step) {
+    const int64_t t1 = std::min(t_end, t0 + step), rows = (t1 - t0) * pb.r;
+    const int32_t* count = pb.count + n * pb.t;
+    int64_t own = 0;
+    for (int64_t t = t0; t < t1; ++t) own = std::max<int64_t>(own, std::clamp<int64_t>(count[t], 0, pb.s));
+    const int64_t offset = ((pair * pb.t) + t0) * pb.r * pb.f;
+    const float* q = pb.q + offset;
+    float* out = pb.out + offset;
+    std::fill(out, out + rows * pb.f, 0.0f);
+    if (pre + own == 0) continue;  // nothing visible (e.g. a finished row's dropped token): zeros
+    Scores(q, rows, pkeys, pb.f, pb.p, pre, scratch, width);
+    Scores(q, rows, keys, pb.f, pb.s, own, scratch + pre, width);
+    for (int64_t t = t0; t < t1; ++t) {
+      const int64_t seen = pre + std::clamp<int64_t>(count[t], 0, pb.s);
+      for (int64_t r = (t - t0) * pb.r; r < (t - t0 + 1) * pb.r; ++r) {
+        float* s = scratch + r * width;
+        inv[r] = seen ? 1.0f / ExpSum(s, seen, Max(s, seen)) : 0.0f;
+        std::fill(s + seen, s + pre + own, 0.0f);
+      }
     }
-    inv[r] = 1.0f / sum;
+    Mix(scratch, width, rows, pvalues, pb.f, pre, out);
+    Mix(scratch + pre, width, rows, values, pb.f, own, out);
+    for (int64_t r = 0; r < rows; ++r)
+      for (int64_t f = 0; f < pb.f; ++f) out[r * pb.f + f] *= inv[r];
   }
-  Mix(scratch, width, pb.r, pvalues, pb.f, pre, out);
-  Mix(scratch + pre, width, pb.r, values, pb.f, own, out);
-  for (int64_t r = 0; r < pb.r; ++r)
-    for (int64_t f = 0; f < pb.f; ++f) out[r * pb.f + f] *= inv[r];
 }
 
 // Units are claimed in chunks from a shared counter by the caller and by helper tasks on XLA's
@@ -240,7 +317,8 @@ struct Shared {
 };
 
 void Drain(Shared& sh) {
-  std::vector<float> scratch(sh.pb.r * (sh.pb.p + sh.pb.s + 1));
+  const int64_t rows = std::max<int64_t>(6, sh.pb.r);
+  std::vector<float> scratch(rows * (sh.pb.p + sh.pb.s + 1));
   for (;;) {
     const int64_t c = sh.next.fetch_add(1, std::memory_order_relaxed);
     if (c >= sh.chunks) return;
@@ -258,8 +336,9 @@ ffi::Error Impl(ffi::ThreadPool pool, ffi::Buffer<ffi::F32> q, ffi::Buffer<ffi::
                 ffi::ResultBuffer<ffi::F32> v_out, int64_t group, int64_t threads) {
   const auto qd = q.dimensions(), kd = k.dimensions(), vd = v.dimensions();
   const auto pkd = pk.dimensions(), pvd = pv.dimensions();
-  if (qd.size() != 4 || kd.size() != 4 || vd.size() != 4 || pkd.size() != 4 || pvd.size() != 4)
-    return ffi::Error::InvalidArgument("decode_attention: q, keys, values, prefix need rank 4");
+  if (qd.size() != 5 || kd.size() != 4 || vd.size() != 4 || pkd.size() != 4 || pvd.size() != 4)
+    return ffi::Error::InvalidArgument(
+        "cache_attention: q needs rank 5, keys, values and the prefix rank 4");
   // XLA aliases the cache outputs with the inputs; should it ever hand over separate buffers,
   // start them from the inputs.
   if (k_out->typed_data() != k.typed_data())
@@ -269,18 +348,25 @@ ffi::Error Impl(ffi::ThreadPool pool, ffi::Buffer<ffi::F32> q, ffi::Buffer<ffi::
   Problem pb{q.typed_data(), k_out->typed_data(), v_out->typed_data(), k_new.typed_data(),
              v_new.typed_data(), slot.typed_data(), count.typed_data(), pk.typed_data(),
              pv.typed_data(), plen.typed_data(), out->typed_data(), qd[0], qd[1], qd[2], qd[3],
-             kd[3], pkd[0], pkd[3], group, row0.typed_data()[0]};
+             qd[4], kd[3], pkd[0], pkd[3], group, row0.typed_data()[0]};
+  // Decode (one token) writes it first; longer chunks are written by the caller, so a unit's
+  // write can never race another unit's read of the same buffers.
+  pb.tile = pb.t == 1 ? 1 : 16;
   const bool ok = kd[0] == pb.n && kd[1] == pb.kv && kd[2] == pb.f && vd[0] == pb.n &&
                   vd[1] == pb.kv && vd[2] == pb.s && vd[3] == pb.f && pkd[1] == pb.kv &&
                   pkd[2] == pb.f && pvd[0] == pb.b && pvd[1] == pb.kv && pvd[2] == pb.p &&
-                  pvd[3] == pb.f && count.element_count() == pb.n &&
+                  pvd[3] == pb.f && count.element_count() == pb.n * pb.t &&
                   slot.element_count() == pb.n && k_new.element_count() == pb.n * pb.kv * pb.f &&
                   v_new.element_count() == pb.n * pb.kv * pb.f &&
                   plen.element_count() == pb.b && pb.b > 0 && group > 0;
-  if (!ok) return ffi::Error::InvalidArgument("decode_attention: inconsistent shapes");
+  if (!ok) return ffi::Error::InvalidArgument("cache_attention: inconsistent shapes");
+  if (pb.t != 1)
+    for (int64_t i = 0; i < pb.n; ++i)
+      if (pb.slot[i] >= 0 && pb.slot[i] < pb.s)
+        return ffi::Error::InvalidArgument("cache_attention: only one token can be written");
   auto sh = std::make_shared<Shared>();
   sh->pb = pb;
-  sh->units = pb.n * pb.kv;
+  sh->units = pb.n * pb.kv * ((pb.t + pb.tile - 1) / pb.tile);
   sh->chunk = std::max<int64_t>(1, sh->units / 32);
   sh->chunks = (sh->units + sh->chunk - 1) / sh->chunk;
   const int64_t pool_threads = pool.num_threads();
@@ -294,7 +380,7 @@ ffi::Error Impl(ffi::ThreadPool pool, ffi::Buffer<ffi::F32> q, ffi::Buffer<ffi::
 
 }  // namespace
 
-XLA_FFI_DEFINE_HANDLER_SYMBOL(ArenaDecodeAttention, Impl,
+XLA_FFI_DEFINE_HANDLER_SYMBOL(ArenaCacheAttention, Impl,
                               ffi::Ffi::Bind()
                                   .Ctx<ffi::ThreadPool>()
                                   .Arg<ffi::Buffer<ffi::F32>>()
