@@ -28,6 +28,7 @@ import numpy as np
 from flax import nnx
 
 from arenarl_jax import backend_options
+from arenarl_jax.models import cache_attention
 from arenarl_jax.models.kv_cache import KVCache
 from arenarl_jax.models.rope import rope_tables
 
@@ -134,13 +135,33 @@ def _attend(q_NQKRF, k_NKFX, v_NKXF, visible_NQX):
   return jnp.einsum("nkrqx,nkxf->nqkrf", probs_NKRQX, v_NKXF)
 
 
-def branch_hidden(model, cache: KVCache, lengths_N, layout: BranchLayout):
+def _attend_merged(q_NQKRF, cache_k, cache_v, lengths_N, k_NKFQ, v_NKQF, sees_QQ):
+  """``_attend`` on the CPU kernel for the cache part (slots < length: no [.., Q, S] score
+  tensor), merged with the nodes' own tree attention through both parts' softmax normalisers."""
+  n, q, kv, r, f = q_NQKRF.shape
+  q_NKQRF = (q_NQKRF * f ** -0.5).transpose(0, 2, 1, 3, 4)
+  count_NQ = jnp.broadcast_to(lengths_N[:, None], (n, q))
+  out_NKQRF, lse_NKQR, _, _ = cache_attention.attend(q_NKQRF, cache_k, cache_v, count_NQ,
+                                                      lse=True)
+  scores_NKQRX = jnp.einsum("nkqrf,nkfx->nkqrx", q_NKQRF, k_NKFQ,
+                            preferred_element_type=jnp.float32)
+  scores_NKQRX = jnp.where(sees_QQ[:, None, :], scores_NKQRX, _MASKED)
+  self_lse_NKQR = jax.nn.logsumexp(scores_NKQRX, axis=-1)
+  self_NKQRF = jnp.einsum("nkqrx,nkxf->nkqrf", jnp.exp(scores_NKQRX - self_lse_NKQR[..., None]),
+                          v_NKQF)
+  total_NKQR = jnp.logaddexp(lse_NKQR, self_lse_NKQR)
+  out_NKQRF = (jnp.exp(lse_NKQR - total_NKQR)[..., None] * out_NKQRF
+               + jnp.exp(self_lse_NKQR - total_NKQR)[..., None] * self_NKQRF)
+  return out_NKQRF.transpose(0, 2, 1, 3, 4)
+
+
+def branch_hidden(model, cache: KVCache, lengths_N, layout: BranchLayout, kernel: bool = False):
   """Final hidden states [N, Q, D] of the branch tokens of every row.
 
   Node q sits at position ``lengths_N + offset[q]`` and sees the row's cache slots below
   ``lengths_N`` and its own ancestors in the trie only (tree attention). This is the
   model's Block/Attention computation with extra keys; tests check it against running each branch
-  as its own cache row through ``model(...)``.
+  as its own cache row through ``model(...)``. ``kernel``: the cache part on the CPU kernel.
   """
   cfg = model.cfg
   key_axis = key_slot_axis(cfg)
@@ -160,12 +181,17 @@ def branch_hidden(model, cache: KVCache, lengths_N, layout: BranchLayout):
   for i, layer in enumerate(model.layers):
     attn = layer.attn
     q_NQHF, k_NQKF, v_NQKF = attn.project(layer.attn_norm(x_NQD), cos, sin)
+    q_NQKRF = q_NQHF.reshape(n, q, kv, heads // kv, hd)
     k_cache = cache.k[i] if key_axis == 3 else cache.k[i].transpose(0, 1, 3, 2)
-    k_NKFX = jnp.concatenate([k_cache, k_NQKF.transpose(0, 2, 3, 1).astype(k_cache.dtype)],
-                             axis=3)
-    v_NKXF = jnp.concatenate([cache.v[i], v_NQKF.transpose(0, 2, 1, 3).astype(cache.v[i].dtype)],
-                             axis=2)
-    out_NQKRF = _attend(q_NQHF.reshape(n, q, kv, heads // kv, hd), k_NKFX, v_NKXF, visible_NQX)
+    k_NKFQ = k_NQKF.transpose(0, 2, 3, 1).astype(k_cache.dtype)
+    v_NKQF = v_NQKF.transpose(0, 2, 1, 3).astype(cache.v[i].dtype)
+    if kernel:
+      out_NQKRF = _attend_merged(q_NQKRF, k_cache, cache.v[i], lengths_N, k_NKFQ, v_NKQF,
+                                 see_self_QQ)
+    else:
+      k_NKFX = jnp.concatenate([k_cache, k_NKFQ], axis=3)
+      v_NKXF = jnp.concatenate([cache.v[i], v_NKQF], axis=2)
+      out_NQKRF = _attend(q_NQKRF, k_NKFX, v_NKXF, visible_NQX)
     x_NQD = x_NQD + attn.o(out_NQKRF.reshape(n, q, heads * hd))
     x_NQD = x_NQD + layer.mlp(layer.mlp_norm(x_NQD))
   return model.final_norm(x_NQD)
@@ -218,7 +244,7 @@ def score_rows(graphdef, params, prefix: KVCache, tokens_NT, lengths_N, *, layou
     cache = pad_slots(cache, size, key_axis)
     positions_NT = ts + start + jnp.broadcast_to(jnp.arange(size, dtype=jnp.int32), (n, size))
     cache = model.fill(tokens_NT[:, start:start + size], positions_NT, cache=cache, kernel=kernel)
-  h_NQD = branch_hidden(model, cache, ts + lengths_N, layout)
+  h_NQD = branch_hidden(model, cache, ts + lengths_N, layout, kernel)
   two_tokens = layout.after_one[0] >= 0
   reads = layout.first + (layout.after_one if two_tokens else ())
   logp_NRV = jax.nn.log_softmax(model.head(h_NQD[:, jnp.asarray(reads)]), axis=-1)

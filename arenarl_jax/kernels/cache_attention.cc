@@ -18,8 +18,11 @@
 // values [N, K, S, F], new key and value [N, K, F], slot [N] int32 (-1 or out of range: no write;
 // only with T = 1), count [N, T] int32, prefix keys [B, K, F, P], prefix values [B, K, P, F],
 // prefix_len [B] int32, row0 [] int32 (global index of local row 0: rows may be a shard). Results:
-// out [N, K, T, R, F], then the updated keys and values. Attributes: group = rows per prompt (row
-// n belongs to prompt (row0 + n) / group); threads = most pool threads to use (0: all).
+// out [N, K, T, R, F], the updated keys and values, and lse [N, K, T, R] = per query the log of
+// its softmax normaliser (max + log sum of exp; -1e30 when it sees nothing), with which a caller
+// merges this attention with one over other keys (the judge's score branches). Attributes: group =
+// rows per prompt (row n belongs to prompt (row0 + n) / group); threads = most pool threads to use
+// (0: all).
 #include <algorithm>
 #include <atomic>
 #include <cmath>
@@ -46,12 +49,18 @@ struct Problem {
   const float* pv;
   const int32_t* plen;
   float* out;
+  float* lse;  // per query: log of the softmax's normaliser (max + log sum), -1e30 if none seen
   int64_t n, kv, t, r, f, s, b, p, group, row0;
   int64_t tile;  // query tokens per unit of work
 };
 
-// Query tokens scored together: their R heads' queries share each key load (up to 6 queries).
-inline int64_t TokensPerGroup(int64_t r) { return std::max<int64_t>(1, 6 / r); }
+// Query tokens taken together (up to kPassRows queries): the products run over blocks of kBlock
+// slots, each block's keys and values (16 KB each at F = 64) read from memory once for all of
+// them and then served from L1 to every group of queries in the register tiles.
+constexpr int64_t kPassRows = 24;
+constexpr int64_t kBlock = 64;
+inline int64_t TokensPerPass(int64_t r) { return std::max<int64_t>(1, kPassRows / r); }
+inline int64_t PassRows(int64_t r) { return std::max<int64_t>(kPassRows, r); }
 
 // out[r][:] += sum_j w[r][j] * values[j, :] for R rows of weights (w_stride apart), j < len;
 // values is [len, F]. The plain loop: the portable build, and feature sizes the tiles do not fit.
@@ -256,10 +265,24 @@ float Max(const float* s, int64_t len) {
 
 #endif
 
+// Scores and Mix over slot blocks (block outer, query groups inner; see kBlock).
+void BlockedScores(const float* q, int64_t r_dim, const float* keys, int64_t f_dim, int64_t stride,
+                   int64_t len, float* scores, int64_t scores_stride) {
+  for (int64_t j = 0; j < len; j += kBlock)
+    Scores(q, r_dim, keys + j, f_dim, stride, std::min(kBlock, len - j), scores + j,
+           scores_stride);
+}
+
+void BlockedMix(const float* w, int64_t w_stride, int64_t r_dim, const float* values,
+                int64_t f_dim, int64_t len, float* out) {
+  for (int64_t j = 0; j < len; j += kBlock)
+    Mix(w + j, w_stride, r_dim, values + j * f_dim, f_dim, std::min(kBlock, len - j), out);
+}
+
 // One unit: a (row, KV head) and a tile of its query tokens. Each token's R queries attend to
 // the prompt's prefix and the first count[n, t] own slots. Tokens are taken a few at a time (their
 // queries share key loads); a token that sees fewer own slots than the group's longest has the
-// rest of its scores zeroed after the exponential. scratch holds 6 x (P + S) + 6 floats.
+// rest of its scores zeroed after the exponential. scratch holds PassRows x (P + S + 1) floats.
 void Unit(const Problem& pb, int64_t unit, float* scratch) {
   const int64_t tiles = (pb.t + pb.tile - 1) / pb.tile;
   const int64_t pair = unit / tiles, t_begin = (unit % tiles) * pb.tile;
@@ -277,30 +300,39 @@ void Unit(const Problem& pb, int64_t unit, float* scratch) {
   const int64_t pre = std::clamp<int64_t>(pb.plen[prompt], 0, pb.p);
   const float* pkeys = pb.pk + (prompt * pb.kv + h) * pb.f * pb.p;
   const float* pvalues = pb.pv + (prompt * pb.kv + h) * pb.p * pb.f;
-  const int64_t width = pb.p + pb.s, step = TokensPerGroup(pb.r);
-  float* inv = scratch + std::max<int64_t>(6, pb.r) * width;
+  const int64_t width = pb.p + pb.s, step = TokensPerPass(pb.r);
+  float* inv = scratch + PassRows(pb.r) * width;
   for (int64_t t0 = t_begin; t0 < t_end; t0 += step) {
     const int64_t t1 = std::min(t_end, t0 + step), rows = (t1 - t0) * pb.r;
     const int32_t* count = pb.count + n * pb.t;
     int64_t own = 0;
-    for (int64_t t = t0; t < t1; ++t) own = std::max<int64_t>(own, std::clamp<int64_t>(count[t], 0, pb.s));
-    const int64_t offset = ((pair * pb.t) + t0) * pb.r * pb.f;
+    for (int64_t t = t0; t < t1; ++t)
+      own = std::max<int64_t>(own, std::clamp<int64_t>(count[t], 0, pb.s));
+    const int64_t first = (pair * pb.t + t0) * pb.r, offset = first * pb.f;
     const float* q = pb.q + offset;
     float* out = pb.out + offset;
+    float* lse = pb.lse + first;
     std::fill(out, out + rows * pb.f, 0.0f);
+    std::fill(lse, lse + rows, -1e30f);
     if (pre + own == 0) continue;  // nothing visible (e.g. a finished row's dropped token): zeros
-    Scores(q, rows, pkeys, pb.f, pb.p, pre, scratch, width);
-    Scores(q, rows, keys, pb.f, pb.s, own, scratch + pre, width);
+    BlockedScores(q, rows, pkeys, pb.f, pb.p, pre, scratch, width);
+    BlockedScores(q, rows, keys, pb.f, pb.s, own, scratch + pre, width);
     for (int64_t t = t0; t < t1; ++t) {
       const int64_t seen = pre + std::clamp<int64_t>(count[t], 0, pb.s);
       for (int64_t r = (t - t0) * pb.r; r < (t - t0 + 1) * pb.r; ++r) {
         float* s = scratch + r * width;
-        inv[r] = seen ? 1.0f / ExpSum(s, seen, Max(s, seen)) : 0.0f;
+        if (seen) {
+          const float m = Max(s, seen), sum = ExpSum(s, seen, m);
+          inv[r] = 1.0f / sum;
+          lse[r] = m + std::log(sum);
+        } else {
+          inv[r] = 0.0f;
+        }
         std::fill(s + seen, s + pre + own, 0.0f);
       }
     }
-    Mix(scratch, width, rows, pvalues, pb.f, pre, out);
-    Mix(scratch + pre, width, rows, values, pb.f, own, out);
+    BlockedMix(scratch, width, rows, pvalues, pb.f, pre, out);
+    BlockedMix(scratch + pre, width, rows, values, pb.f, own, out);
     for (int64_t r = 0; r < rows; ++r)
       for (int64_t f = 0; f < pb.f; ++f) out[r * pb.f + f] *= inv[r];
   }
@@ -317,7 +349,7 @@ struct Shared {
 };
 
 void Drain(Shared& sh) {
-  const int64_t rows = std::max<int64_t>(6, sh.pb.r);
+  const int64_t rows = PassRows(sh.pb.r);
   std::vector<float> scratch(rows * (sh.pb.p + sh.pb.s + 1));
   for (;;) {
     const int64_t c = sh.next.fetch_add(1, std::memory_order_relaxed);
@@ -333,7 +365,8 @@ ffi::Error Impl(ffi::ThreadPool pool, ffi::Buffer<ffi::F32> q, ffi::Buffer<ffi::
                 ffi::Buffer<ffi::S32> slot, ffi::Buffer<ffi::S32> count, ffi::Buffer<ffi::F32> pk,
                 ffi::Buffer<ffi::F32> pv, ffi::Buffer<ffi::S32> plen, ffi::Buffer<ffi::S32> row0,
                 ffi::ResultBuffer<ffi::F32> out, ffi::ResultBuffer<ffi::F32> k_out,
-                ffi::ResultBuffer<ffi::F32> v_out, int64_t group, int64_t threads) {
+                ffi::ResultBuffer<ffi::F32> v_out, ffi::ResultBuffer<ffi::F32> lse,
+                int64_t group, int64_t threads) {
   const auto qd = q.dimensions(), kd = k.dimensions(), vd = v.dimensions();
   const auto pkd = pk.dimensions(), pvd = pv.dimensions();
   if (qd.size() != 5 || kd.size() != 4 || vd.size() != 4 || pkd.size() != 4 || pvd.size() != 4)
@@ -347,8 +380,8 @@ ffi::Error Impl(ffi::ThreadPool pool, ffi::Buffer<ffi::F32> q, ffi::Buffer<ffi::
     std::copy(v.typed_data(), v.typed_data() + v.element_count(), v_out->typed_data());
   Problem pb{q.typed_data(), k_out->typed_data(), v_out->typed_data(), k_new.typed_data(),
              v_new.typed_data(), slot.typed_data(), count.typed_data(), pk.typed_data(),
-             pv.typed_data(), plen.typed_data(), out->typed_data(), qd[0], qd[1], qd[2], qd[3],
-             qd[4], kd[3], pkd[0], pkd[3], group, row0.typed_data()[0]};
+             pv.typed_data(), plen.typed_data(), out->typed_data(), lse->typed_data(), qd[0],
+             qd[1], qd[2], qd[3], qd[4], kd[3], pkd[0], pkd[3], group, row0.typed_data()[0]};
   // Decode (one token) writes it first; longer chunks are written by the caller, so a unit's
   // write can never race another unit's read of the same buffers.
   pb.tile = pb.t == 1 ? 1 : 16;
@@ -358,6 +391,7 @@ ffi::Error Impl(ffi::ThreadPool pool, ffi::Buffer<ffi::F32> q, ffi::Buffer<ffi::
                   pvd[3] == pb.f && count.element_count() == pb.n * pb.t &&
                   slot.element_count() == pb.n && k_new.element_count() == pb.n * pb.kv * pb.f &&
                   v_new.element_count() == pb.n * pb.kv * pb.f &&
+                  lse->element_count() == pb.n * pb.kv * pb.t * pb.r &&
                   plen.element_count() == pb.b && pb.b > 0 && group > 0;
   if (!ok) return ffi::Error::InvalidArgument("cache_attention: inconsistent shapes");
   if (pb.t != 1)
@@ -394,6 +428,7 @@ XLA_FFI_DEFINE_HANDLER_SYMBOL(ArenaCacheAttention, Impl,
                                   .Arg<ffi::Buffer<ffi::F32>>()
                                   .Arg<ffi::Buffer<ffi::S32>>()
                                   .Arg<ffi::Buffer<ffi::S32>>()
+                                  .Ret<ffi::Buffer<ffi::F32>>()
                                   .Ret<ffi::Buffer<ffi::F32>>()
                                   .Ret<ffi::Buffer<ffi::F32>>()
                                   .Ret<ffi::Buffer<ffi::F32>>()

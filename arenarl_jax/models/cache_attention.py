@@ -112,8 +112,10 @@ def _shard_map():
 
 
 def attend(q, k_NKFS, v_NKSF, count, prefix=None, *, new=None, group: int = 1,
-           mesh: Mesh | None = None, threads: int = 0):
-  """Attention against the cache: (out float32 shaped like q, keys, values).
+           mesh: Mesh | None = None, threads: int = 0, lse: bool = False):
+  """Attention against the cache: (out float32 shaped like q, keys, values), with ``lse``: (out,
+  lse, keys, values), lse shaped like q without F = per query the log of its softmax normaliser
+  (-1e30 for a query that sees nothing), to merge this attention with one over other keys.
 
   One query token per row: q [N, K, R, F] and count [N]; a chunk of T tokens per row: q [N, K, T,
   R, F] and count [N, T]. q is already scaled by F^-1/2. ``new`` = (keys [N, K, F], values [N, K,
@@ -148,7 +150,7 @@ def attend(q, k_NKFS, v_NKSF, count, prefix=None, *, new=None, group: int = 1,
     k_new, v_new, slot_N = new
 
   def call(q, k, v, k_new, v_new, slot, count, pk, pv, plen, row0):
-    shapes = [jax.ShapeDtypeStruct(x.shape, jnp.float32) for x in (q, k, v)]
+    shapes = [jax.ShapeDtypeStruct(x.shape, jnp.float32) for x in (q, k, v, q[..., 0])]
     return jax.ffi.ffi_call(_TARGET, shapes, input_output_aliases={1: 1, 2: 2})(
         q, k, v, k_new, v_new, slot.astype(jnp.int32), count.astype(jnp.int32), pk, pv,
         plen.astype(jnp.int32), row0.astype(jnp.int32), group=np.int64(group),
@@ -156,15 +158,18 @@ def attend(q, k_NKFS, v_NKSF, count, prefix=None, *, new=None, group: int = 1,
 
   args = (q_NKTRF, k_NKFS, v_NKSF, k_new, v_new, slot_N, count_NT)
   if mesh is None or mesh.shape.get("data", 1) == 1:
-    out, k_NKFS, v_NKSF = call(*args, pk, pv, plen, jnp.zeros((), jnp.int32))
+    out, k_NKFS, v_NKSF, lse_ = call(*args, pk, pv, plen, jnp.zeros((), jnp.int32))
   else:
     def local(*a):
       return tuple(call(*a, jax.lax.axis_index("data") * a[0].shape[0]))
 
     rows, whole = P("data"), P()
-    out, k_NKFS, v_NKSF = _shard_map()(local, mesh=mesh, in_specs=(rows,) * len(args) + (whole,) * 3,
-                                       out_specs=(rows,) * 3)(*args, pk, pv, plen)
-  return (out[:, :, 0] if one_token else out), k_NKFS, v_NKSF
+    out, k_NKFS, v_NKSF, lse_ = _shard_map()(
+        local, mesh=mesh, in_specs=(rows,) * len(args) + (whole,) * 3,
+        out_specs=(rows,) * 4)(*args, pk, pv, plen)
+  if one_token:
+    out, lse_ = out[:, :, 0], lse_[:, :, 0]
+  return (out, lse_, k_NKFS, v_NKSF) if lse else (out, k_NKFS, v_NKSF)
 
 
 def _shared_prefix(cache_kv, n: int):

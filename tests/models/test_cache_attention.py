@@ -1,4 +1,4 @@
-"""The decode attention kernel (models/cache_attention.py) equals the model's XLA attention."""
+"""The cache attention kernel (models/cache_attention.py) equals the model's XLA attention."""
 import logging
 
 import jax
@@ -136,6 +136,22 @@ def test_chunk_kernel_equals_xla_attention(t, r):
                              atol=3e-6, rtol=0)
   np.testing.assert_array_equal(np.asarray(k_out), np.asarray(k))  # nothing written
   np.testing.assert_array_equal(np.asarray(v_out), np.asarray(v))
+  # lse: log of each query's softmax normaliser over its visible prefix and own slots.
+  _, lse, _, _ = _attend_with_lse(q, k, v, jnp.asarray(count_NT), pk, pv, lengths_B)
+  q64, rows = np.asarray(q, np.float64), [0, 0, 1, 1]  # row n belongs to prompt n // 2
+  scores = np.concatenate([np.einsum("nktrf,nkfp->nktrp", q64, np.asarray(pk)[rows]),
+                           np.einsum("nktrf,nkfs->nktrs", q64, np.asarray(k))], axis=-1)
+  seen = np.concatenate([np.broadcast_to((np.arange(p)[None, :] < np.asarray(lengths_B)[:, None])
+                                         [rows][:, None, None, None], scores[..., :p].shape),
+                         np.broadcast_to((np.arange(s)[None, None, :] < count_NT[:, :, None])
+                                         [:, None, :, None], scores[..., p:].shape)], axis=-1)
+  want_lse = np.log(np.sum(np.where(seen, np.exp(scores), 0.0), axis=-1))
+  np.testing.assert_allclose(np.asarray(lse), want_lse, rtol=1e-5, atol=1e-5)
+
+
+def _attend_with_lse(q, k, v, count, pk, pv, lengths_B):
+  return jax.jit(lambda *a: cache_attention.attend(*a[:4], a[4:], group=2, lse=True))(
+      q, k, v, count, pk, pv, lengths_B)
 
 
 def test_chunk_without_prefix_sees_nothing_gives_zeros_and_cannot_write():
@@ -146,6 +162,8 @@ def test_chunk_without_prefix_sees_nothing_gives_zeros_and_cannot_write():
   count_NT = jnp.asarray([[0, 1, 0, 8], [2, 0, 3, 0]], jnp.int32)
   got = np.asarray(jax.jit(cache_attention.attend)(q, k, v, count_NT)[0])
   assert np.all(got[0, 0, [0, 2]] == 0) and np.all(got[1, 0, [1, 3]] == 0)
+  lse = np.asarray(jax.jit(lambda *a: cache_attention.attend(*a, lse=True))(q, k, v, count_NT)[1])
+  assert np.all(lse[0, 0, [0, 2]] == -1e30) and np.all(np.abs(lse[0, 0, [1, 3]]) < 1e3)
   assert np.all(np.abs(got[0, 0, [1, 3]]) > 0)
   with pytest.raises(ValueError, match="only one token per row"):
     cache_attention.attend(q, k, v, count_NT, new=(k[:, :, :, 0], v[:, :, 0], count_NT[:, 0]))
