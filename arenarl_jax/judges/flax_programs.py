@@ -230,8 +230,8 @@ def score_rows(graphdef, params, prefix: KVCache, tokens_NT, lengths_N, *, layou
   (right-padded). The text goes through the model in ``block``-token pieces, each with a cache
   grown by that piece only, so its attention covers the slots filled so far instead of the
   whole (mostly masked) cache: causal attention costs ~T·(prefix + T/2) scores, not T·(prefix + T).
-  ``kernel``: the text's attention runs on the compiled CPU kernel, which reads exactly each
-  query's visible slots (the branches' tree attention stays in XLA).
+  ``kernel``: the text's attention, and the branches' attention to the cache, run on the compiled
+  CPU kernel, which reads exactly each query's visible slots.
   """
   n, t = tokens_NT.shape
   TRACES["score_rows", n, t] += 1

@@ -7,6 +7,8 @@ Call contract (fixed; the sampler, judges and train step rely on it):
   logits_NTV = model.head(h_NTD)        # float32, tied or untied head
 Without a cache it is a full causal pass (mask_NT marks valid keys, e.g. left padding). With a
 KVCache it writes the chunk at ``positions_NT`` (per-row offsets) and attends to slots <= position.
+``hidden``/``fill`` take ``kernel=True`` to attend to the cache with the compiled CPU kernel
+(``models/cache_attention.py``; unsharded programs, after ``cache_attention.available()``).
 """
 from __future__ import annotations
 
