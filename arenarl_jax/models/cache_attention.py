@@ -1,5 +1,6 @@
 """Attention against the KV cache on CPU as a compiled kernel (``kernels/cache_attention.cc``, an
-XLA FFI call): decode (one token per row, ``mix``) and chunks of tokens per row (``chunk_mix``).
+XLA FFI call): decode (one token per row, ``decode_mix``) and chunks of tokens per row
+(``chunk_mix``); ``attend`` is the call itself.
 
 Why: at decode (one token per row) XLA:CPU runs attention as two batched library products per
 layer that pack each (row, KV head)'s operand on every call and read every slot of the row's
