@@ -19,9 +19,10 @@ once, so a self-match ties exactly, and distinct prompts run in a canonical orde
 tokens), so swapping P and Q swaps the two sums exactly. Rows run in chunks of ``max_rows`` with
 their text right-padded to length buckets (``bucket_step``): one compiled program per
 (rows, bucket). The programs are not sharded: they run on the default device. On CPU the
-attention to the cache (text and score branches) runs on the compiled kernel of ``models.cache_attention`` (each query reads only its
-visible slots; no [rows, heads, T, slots] score tensor): a 4-row chunk of the judge benchmark
-9.2-11.0 -> 7.6-8.2 s; benchmark 0.19 -> 0.244 matches/s (benchmarks/README.md, session 8).
+attention to the cache (text and score branches) runs on the compiled kernel of
+``models.cache_attention`` (each query reads only its visible slots; no [rows, heads, T, slots]
+score tensor): a 4-row chunk of the judge benchmark 9.2-11.0 -> 7.6-8.2 s; benchmark 0.19 ->
+0.244 matches/s (benchmarks/README.md, session 8).
 
     judge = make_judge({"backend": "flax", "rubric": "travel", "flax": {"model": "smollm2"}})
     judge = FlaxJudge(model, tokenizer, FlaxJudgeConfig(max_rows=16), rubric="travel")
