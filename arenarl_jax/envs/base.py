@@ -1,0 +1,137 @@
+"""The contract every environment and tool source keeps (ARCHITECTURE.md, "training half").
+
+- A **tool source** lists OpenAI function schemas (``tools()``) and answers ``await call(name,
+  arguments, timeout=...)`` with a :class:`ToolResult`. It is stateless per call, safe to call
+  concurrently, and never raises for bad arguments, unknown tools, timeouts or failures: those
+  come back as ``ok=False`` with an error text the model sees and an ``error_kind`` for metrics.
+- An **environment** (one per world, chosen by ``env.name``) owns its tasks, its tool source, the
+  rubric judge's checker, the validity rule for answers and an expert agent that writes
+  reference-format messages.
+- :func:`make_environment` builds one from the registry, whose keys equal the config values.
+"""
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, Callable, Mapping, Protocol, Sequence, runtime_checkable
+
+import numpy as np
+
+from arenarl_jax import types
+
+# error_kind values shared by every tool source (metrics group tool errors by these).
+UNKNOWN_TOOL = "unknown_tool"  # no tool of that name
+BAD_ARGUMENTS = "bad_arguments"  # missing / extra / wrongly typed / out-of-range arguments
+NOT_FOUND = "not_found"  # valid arguments that name nothing in the world (unknown city, POI, date)
+TIMEOUT = "timeout"  # the call did not finish within its timeout
+TRANSPORT = "transport"  # the server could not be reached or died (MCP)
+TOOL_ERROR = "tool_error"  # the tool itself failed (an exception inside it, a server-side error)
+ERROR_KINDS = (UNKNOWN_TOOL, BAD_ARGUMENTS, NOT_FOUND, TIMEOUT, TRANSPORT, TOOL_ERROR)
+
+
+@dataclasses.dataclass(frozen=True)
+class ToolResult:
+  """What one tool call returned: plain text the model reads, and how the call went."""
+
+  text: str
+  ok: bool = True
+  error_kind: str | None = None  # one of ERROR_KINDS when ok is False
+  latency_s: float = 0.0
+
+
+@runtime_checkable
+class ToolSource(Protocol):
+  """In-process tools, an MCP client or a test fake: the rollout only sees this."""
+
+  def tools(self) -> list[dict[str, Any]]:
+    """OpenAI function schemas: ``{"name", "description", "parameters"}`` each."""
+    ...
+
+  async def call(self, name: str, arguments: Mapping[str, Any] | str, *,
+                 timeout: float | None = None) -> ToolResult:
+    """Runs one call; ``arguments`` may be a dict or its JSON string. Never raises."""
+    ...
+
+
+@dataclasses.dataclass(frozen=True)
+class Task:
+  """One prompt of an environment. ``id`` is stable across processes (``"travel/search/000123"``).
+
+  ``constraints`` holds what the task asks for in structured form (budget, dates, party, ...);
+  checkers re-derive ground truth from the environment's seed and the id, never from a trajectory.
+  """
+
+  id: str
+  env: str
+  subtask: str
+  query: str
+  constraints: Mapping[str, Any] = dataclasses.field(default_factory=dict)
+
+
+@runtime_checkable
+class Environment(Protocol):
+  """A world: tasks, tools, a checker (the rubric judge's ``Checker``), validity and an expert."""
+
+  name: str  # the registry key = the ``env.name`` config value
+  rubric: str  # the judge rubric this world is scored on ("travel", "deep_research")
+  subtasks: tuple[str, ...]
+
+  def tasks(self, split: str) -> list[Task]:
+    """``"train"``, ``"sft"`` or ``"test_<subtask>"``; deterministic from the seed."""
+    ...
+
+  def tool_source(self) -> ToolSource:
+    ...
+
+  def checker(self, trajectory: types.Trajectory) -> dict[str, dict[str, float]]:
+    """``{"path": {dim: 0-10}, "answer": {dim: 0-10}}`` for the task ``metadata["task_id"]``."""
+    ...
+
+  def valid(self, answer: str) -> tuple[bool, str]:
+    """Whether a final answer's content is a valid generation, and why not ("" when valid)."""
+    ...
+
+  def expert(self, task: Task, error_rate: float,
+             rng: np.random.Generator | int) -> list[dict[str, Any]]:
+    """A reference-format conversation (messages) solving ``task`` with nested errors."""
+    ...
+
+
+EnvironmentFactory = Callable[..., Environment]
+_REGISTRY: dict[str, EnvironmentFactory] = {}
+
+
+def register(name: str) -> Callable[[EnvironmentFactory], EnvironmentFactory]:
+  """Class/function decorator: ``@register("travel")`` makes ``env.name=travel`` build it."""
+
+  def wrap(factory: EnvironmentFactory) -> EnvironmentFactory:
+    if name in _REGISTRY and _REGISTRY[name] is not factory:
+      raise ValueError(f"environment {name!r} is registered twice")
+    _REGISTRY[name] = factory
+    return factory
+
+  return wrap
+
+
+def _import_builtin_environments() -> None:
+  # Imported lazily so that `envs.base` stays dependency-free; each module registers itself.
+  import importlib
+  for module in ("arenarl_jax.envs.travel", "arenarl_jax.envs.research"):
+    try:
+      importlib.import_module(module)
+    except ModuleNotFoundError as e:
+      if e.name != module:  # a real missing dependency inside the module: report it
+        raise
+
+
+def registered() -> Sequence[str]:
+  """Names accepted by :func:`make_environment`."""
+  _import_builtin_environments()
+  return tuple(sorted(_REGISTRY))
+
+
+def make_environment(name: str, seed: int = 0, **kwargs: Any) -> Environment:
+  """Builds the environment ``name`` (the ``env.name`` config value) from ``seed``."""
+  _import_builtin_environments()
+  if name not in _REGISTRY:
+    raise ValueError(f"env.name: unknown environment {name!r}; known: {sorted(_REGISTRY)}")
+  return _REGISTRY[name](seed=seed, **kwargs)
