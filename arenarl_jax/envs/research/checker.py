@@ -15,12 +15,12 @@ Answer (the final report):
   requirement (its sections, or at least three ideas) is not met.
 - ``accuracy``: claims are checked against the text the tools actually returned: code spans,
   dotted identifiers and signatures, and numbers of two or more digits that are not in the
-  question. 10 minus 3 per unsupported claim; 1 when the answer makes no claim beyond the question
-  (nothing to be accurate about).
+  question. 10 minus 3 per unsupported claim; 1 when the answer states neither such a claim nor a
+  key fact (nothing beyond the question to be accurate about).
 - ``depth``: the share of the task's key facts the answer states (a fact counts when all but one
   of its distinctive terms appear), times 10.
 - ``clarity``: 10 minus 3 per missing required section, 3 when there are fewer than two sections,
-  3 when the answer stops mid-sentence, 1 per paragraph over 1,200 characters, 2 when under 80
+  3 when the answer stops mid-sentence, 1 per paragraph over 1,200 characters, 2 when under 60
   words.
 """
 from __future__ import annotations
@@ -39,7 +39,7 @@ _NUMBER_RE = re.compile(r"(?<![\w.])\d{2,}(?:\.\d+)?(?![\w])")
 _LIST_MARK_RE = re.compile(r"^\s*(?:[-*+]|\d+[.)])\s+", re.MULTILINE)
 _PLAN_ITEM_RE = re.compile(r"^\s*(?:[-*+]|\d+[.)])\s+\S", re.MULTILINE)
 LONG_PARAGRAPH = 1200
-MIN_CLEAR_WORDS = 80
+MIN_CLEAR_WORDS = 60
 
 
 @dataclasses.dataclass
@@ -154,13 +154,19 @@ def score(task: base.Task, steps: Sequence[types.Step]) -> dict[str, dict[str, f
   named = sum(1 for p in pages if p in answer)
   relevance = _clip(10 * named / len(pages) - (0 if kind_ok else 3)) if answer.strip() else 0.0
 
-  stated = claims(answer, task.query)
-  bad = unsupported(answer, task.query, r.retrieved)
-  accuracy = 0.0 if not answer.strip() else 1.0 if not stated else _clip(10 - 3 * len(bad))
-
   terms = set(search.tokenize(answer))
   facts = list(c["facts"])
-  depth = 10 * sum(fact_covered(f, terms) for f in facts) / len(facts) if facts else 0.0
+  covered = sum(fact_covered(f, terms) for f in facts)
+  depth = 10 * covered / len(facts) if facts else 0.0
+
+  stated = claims(answer, task.query)
+  bad = unsupported(answer, task.query, r.retrieved)
+  if not answer.strip():
+    accuracy = 0.0
+  elif not stated and not covered:
+    accuracy = 1.0  # nothing beyond the question: nothing to be accurate about
+  else:
+    accuracy = _clip(10 - 3 * len(bad))
 
   clarity = _clarity(answer, missing) if answer.strip() else 0.0
   return {"path": {"framework": framework, "tool_usage": tool_usage, "coverage": coverage},

@@ -117,11 +117,39 @@ def sanitise(text: str) -> str:
 
 # --- building ---------------------------------------------------------------------------------
 
+class _Shown:
+  """A default value as the signature shows it (a fixed text instead of the object's repr)."""
+
+  def __init__(self, text: str):
+    self.text = text
+
+  def __repr__(self) -> str:
+    return self.text
+
+
+_LITERALS = (type(None), bool, int, float, complex, str, bytes)
+
+
+def _shown_default(value: Any) -> Any:
+  """Literal defaults as they are; classes and functions by name; anything else (a live object
+  whose repr depends on program state, such as logging's handler list) as ``...``."""
+  if isinstance(value, _LITERALS) and len(repr(value)) <= 80:
+    return value
+  if isinstance(value, (tuple, list)) and all(isinstance(v, _LITERALS) for v in value):
+    return value if len(repr(value)) <= 80 else _Shown("...")
+  if inspect.isclass(value) or inspect.isroutine(value):
+    return _Shown(getattr(value, "__qualname__", None) or getattr(value, "__name__", "..."))
+  return _Shown("...")
+
+
 def _signature(name: str, obj: Any) -> str:
   try:
-    return name + str(inspect.signature(obj))
+    sig = inspect.signature(obj)
   except (TypeError, ValueError):
     return ""
+  params = [p if p.default is inspect.Parameter.empty else p.replace(default=_shown_default(
+      p.default)) for p in sig.parameters.values()]
+  return name + str(sig.replace(parameters=params))
 
 
 def _doc(obj: Any) -> str:

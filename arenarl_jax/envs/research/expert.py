@@ -137,7 +137,10 @@ class Expert:
       lines = [f"**`{p.id}`**"]
       if p.signature:
         lines.append(f"Signature: `{p.signature}`.")
-      lines += [f["text"] for f in facts if f["page"] == p.id]
+      own = [f["text"] for f in facts if f["page"] == p.id]
+      if _sentence(p.summary()) not in own:
+        lines.append(f"In the documentation's words: {_sentence(p.summary())}")
+      lines += own
       blocks.append(" ".join(lines))
     for name, number in fakes:
       blocks.append(f"Note that `{pages[0].id}` also accepts a `{name}` argument, which caps "
@@ -158,11 +161,16 @@ class Expert:
                f"documentation mentions."]
       return (f"## Background\n\nWhat the documentation says about {names}:\n\n{body}\n\n"
               f"## Ideas\n\n" + "\n".join(ideas))
-    summary = "\n".join(f"- `{p.id}`: {p.summary()}" if i in researched else
+    summary = "\n".join(f"- `{p.id}`: {_sentence(p.summary())}" if i in researched else
                         f"- `{p.id}`: not researched." for i, p in enumerate(pages))
     return (f"## Explanation\n\n{body}\n\n## Comparison\n\n{names} belong to the `{module}` "
             f"module and serve related but different purposes, as the details above show.\n\n"
             f"## Summary\n\n{summary}")
+
+
+def _sentence(text: str) -> str:
+  text = text.strip()
+  return text if text.endswith((".", "!", "?")) else text + "."
 
 
 def truncate_mid_sentence(text: str, share: float = TRUNCATE_AT) -> str:
