@@ -26,6 +26,7 @@ setuptools.setup(
         "numpy>=1.26",
         "httpx>=0.27,<1",  # async OpenAI-compatible judge client
         "matplotlib>=3.8",  # experiment plots
+        "bm25s>=0.2.6,<0.4",  # BM25 search of the offline research environment
     ],
     extras_require={
         # torch + accelerate are only the reference implementation in tests and benchmarks.
