@@ -104,8 +104,8 @@ class Expert:
       turn += 1
       self._turn(messages, turn, "Reading the pages the searches found.",
                  [("open_page", {"page_id": pages[i].id}) for i in opened])
-    answer = self.answer(task, pages, [i for i in range(len(pages)) if i in searched],
-                         [fake[j] for j in range(CLAIM_SITES) if ("unsupported_claim", j) in errors])
+    claims = [fake[j] for j in range(CLAIM_SITES) if ("unsupported_claim", j) in errors]
+    answer = self.answer(task, pages, searched, claims)
     if ("truncation", 0) in errors:
       answer = truncate_mid_sentence(answer)
     messages.append({"role": "assistant", "content": answer})

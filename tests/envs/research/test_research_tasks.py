@@ -7,7 +7,8 @@ from arenarl_jax.envs.research import search, tasks
 
 
 def _all(env):
-  return {split: env.tasks(split) for split in ["train", "sft"] + [f"test_{k}" for k in tasks.KINDS]}
+  names = ["train", "sft"] + [f"test_{k}" for k in tasks.KINDS]
+  return {split: env.tasks(split) for split in names}
 
 
 def test_sizes_ids_and_kinds(env):
@@ -62,7 +63,8 @@ def test_tasks_name_their_pages_and_facts_come_from_what_open_page_shows(env, co
       assert page.module == c["module"] and f"`{pid}`" in t.query
     for f in c["facts"]:
       assert f["page"] in c["pages"]
-      assert " ".join(f["text"].split()) in " ".join(search.visible_text(corpus.page(f["page"])).split())
+      shown = " ".join(search.visible_text(corpus.page(f["page"])).split())
+      assert " ".join(f["text"].split()) in shown
       assert len(f["terms"]) == tasks.FACT_TERMS and not set(f["terms"]) & query_terms
   writing = env.tasks("test_technical_writing")[0]
   assert writing.constraints["sections"] == ["Overview", "Usage", "Caveats"]
@@ -72,7 +74,8 @@ def test_tasks_name_their_pages_and_facts_come_from_what_open_page_shows(env, co
 def test_sentences_skip_examples_lists_and_tables():
   text = ("Return the thing for the given key, or None.\n\n>>> f(1)\n2\n\n- a list item that is "
           "long enough to count as a sentence.\n\n| table | row that is long enough to be kept |"
-          "\n\nThe second paragraph explains\nmore about the key.  It has two sentences, and this one is kept too."
+          "\n\nThe second paragraph explains\nmore about the key.  It has two sentences, and this "
+          "one is kept too."
           "  Short one here.")
   assert tasks.sentences(text) == ["Return the thing for the given key, or None.",
                                    "The second paragraph explains more about the key.",

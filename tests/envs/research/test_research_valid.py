@@ -65,7 +65,8 @@ def test_valid_answers(answer, kind, constraints):
     ("## A\n\nshort\n\n## B\n\ntext", "explanation", EXPLANATION_C, "fewer than 40"),
     (FILLER + " " + FILLER, "explanation", EXPLANATION_C, "at least 2 Markdown sections"),
     (f"## Only\n\n{FILLER} {FILLER}", "ideation", IDEATION_C, "found 1"),
-    (f"## One\n\n{FILLER} {FILLER}\n\n## Two\n\n", "explanation", EXPLANATION_C, "found 1"),  # empty body
+    # A heading without text is no section.
+    (f"## One\n\n{FILLER} {FILLER}\n\n## Two\n\n", "explanation", EXPLANATION_C, "found 1"),
     (WRITING.replace("## Caveats", "## Notes"), "technical_writing", WRITING_C,
      "lacks the section(s) Caveats"),
     (WRITING.replace("## Overview", "Overview"), "technical_writing", WRITING_C,
@@ -98,4 +99,5 @@ def test_environment_valid_takes_a_task_or_its_id(env):
   assert env.valid(WRITING, task) == (True, "")
   assert env.valid(WRITING, task.id) == (True, "")
   assert env.valid(EXPLANATION) == (True, "")
-  assert env.valid(EXPLANATION, task)[1] == "technical_writing answer lacks the section(s) Overview, Usage, Caveats"
+  assert env.valid(EXPLANATION, task)[1] == (
+      "technical_writing answer lacks the section(s) Overview, Usage, Caveats")
