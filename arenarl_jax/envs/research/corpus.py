@@ -49,7 +49,7 @@ PASSAGE_CHARS = 600  # passages hold whole paragraphs up to about this many char
 
 @dataclasses.dataclass(frozen=True)
 class Page:
-  """One titled page: ``id`` is the dotted name (``"json.dumps"``); kind: module, class, function."""
+  """One titled page: ``id`` is the dotted name (``"json.dumps"``), kind module|class|function."""
 
   id: str
   title: str
