@@ -103,7 +103,9 @@ def claims(answer: str, question: str) -> list[str]:
     out.append(m.group(1) or m.group(2))
   rest = _CODE_RE.sub(" ", answer)
   rest = _LIST_MARK_RE.sub("", rest)
-  out.extend(m.group(0) for m in _DOTTED_RE.finditer(rest))
+  # Dotted names, but not abbreviations such as "e.g" or "i.e" (every part one or two letters).
+  out.extend(m.group(0) for m in _DOTTED_RE.finditer(rest)
+             if any(len(part) > 2 for part in m.group(0).split("(")[0].split(".")))
   out.extend(m.group(0) for m in _NUMBER_RE.finditer(rest))
   kept = []
   for c in dict.fromkeys(c.strip() for c in out):

@@ -21,7 +21,6 @@ import os
 import re
 import sys
 import sysconfig
-import tempfile
 from typing import Any, Iterable, Sequence
 
 CORPUS_VERSION = 1
@@ -95,12 +94,16 @@ _ADDRESS_RE = re.compile(r"\b0x[0-9a-fA-F]{6,}\b")
 _OBJECT_AT_RE = re.compile(r"<([\w.]+) object at [^>]*>")
 
 
+# Folders that documentation names on purpose (examples), never replaced.
+_GENERIC_DIRS = frozenset({"/", ".", "/tmp", "/usr", "/usr/local", "/opt", "/home", "/var"})
+
+
 def _machine_prefixes() -> list[str]:
-  paths = {sys.prefix, sys.base_prefix, sys.exec_prefix, os.path.expanduser("~"),
-           tempfile.gettempdir(), os.getcwd()}
+  """This installation's folders (interpreter, environment, home), longest first."""
+  paths = {sys.prefix, sys.base_prefix, sys.exec_prefix, os.path.expanduser("~")}
   paths.update(v for v in sysconfig.get_paths().values() if v)
   # Longest first, so that /usr/lib/python3.11 wins over /usr.
-  return sorted((p for p in paths if p and p not in ("/", ".")), key=len, reverse=True)
+  return sorted((p for p in paths if p and p not in _GENERIC_DIRS), key=len, reverse=True)
 
 
 _PREFIXES = _machine_prefixes()

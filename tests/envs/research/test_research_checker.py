@@ -135,7 +135,7 @@ def test_claims_and_support_hand_cases():
   retrieved = "json.dumps(obj, *, indent=None)\n\nUse ``indent`` for 4 spaces; limit is 1024."
   answer = ("## A\n\n1. `json.dumps` takes `indent` and `json.dumps(obj, *, indent=None)`.\n"
             "2. It caps output at 4096 bytes, see json.tool and `fast_mode=True`; 1024 is the "
-            "limit.\n")
+            "limit, i.e. the maximum (e.g. for 3.11).\n")
   assert checker.claims(answer, question) == [
       "indent", "json.dumps(obj, *, indent=None)", "fast_mode=True", "json.tool", "4096", "1024"]
   assert checker.unsupported(answer, question, retrieved) == ["fast_mode=True", "json.tool", "4096"]
