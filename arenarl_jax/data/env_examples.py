@@ -1,4 +1,4 @@
-"""Records from an environment: its tasks, and its expert's trajectories (deterministic from a seed).
+"""Records from an environment: its tasks and its expert's trajectories (deterministic from a seed).
 
 - ``train``: one prompt record per ``env.tasks("train")`` task.
 - ``sft``: ``env.tasks("sft")`` with the expert's conversation at error rate 0 in ``messages``

@@ -1,4 +1,4 @@
-"""Records from the reference jsonl layout in a user directory (ARENARL.md, "Data formats").
+"""Records from the paper's reference jsonl layout in a user directory (train and test files).
 
 Layout, one file per subtask (the file's stem is the subtask)::
 
@@ -7,13 +7,14 @@ Layout, one file per subtask (the file's stem is the subtask)::
   <dir>/sft/<subtask>.jsonl     optional, rows as in test/: the conversation query + reference
 
 A reference is stored as the whole conversation: the prompt is put before it unless it already
-opens with a system or user message. A list-form query holds system/user messages only; the record keeps it in ``messages`` and its last
-message's content as ``query`` (what the judge reads). Task ids are ``<env>/<subtask>/<kind>-<line>``
-with the 1-based line number, so an id points back at its source row.
+opens with a system or user message. A list-form query holds system/user messages only; the record
+keeps it in ``messages`` and its last message's content as ``query`` (what the judge reads). Task
+ids are ``<env>/<subtask>/<kind>-<line>`` with the 1-based line number, so an id points back at its
+source row.
 
 Bad input raises :class:`DataError` naming the file, the line and the field (a missing file names
 the path). ``skip_bad_rows=True`` skips bad rows instead, logs each one and counts them in the
-returned :class:`ImportReport`; nothing is dropped silently. Blank lines hold no row and are ignored.
+returned :class:`ImportReport`; nothing is dropped silently. Blank lines hold no row (ignored).
 """
 from __future__ import annotations
 

@@ -9,8 +9,8 @@ The shuffle is a seeded permutation that changes each epoch, applied to the glob
 it is dealt out round-robin to processes, so for one seed every process sees a fixed, disjoint
 share of each epoch, and the order does not depend on the number of read threads. The iterator's
 position (``get_state()``: the number of batches taken) is all a checkpoint needs:
-:func:`position` / :func:`restore` (or :func:`save_position` / :func:`load_position` for a JSON file)
-resume exactly where a run stopped.
+:func:`position` / :func:`restore` (or :func:`save_position` / :func:`load_position` with a JSON
+file) resume exactly where a run stopped.
 
 Prompt batches are lists of :class:`records.Example`. SFT batches are
 ``{"tokens_NT", "loss_mask_NT"}`` int32 arrays: each example is rendered and tokenised at read time

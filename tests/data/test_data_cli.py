@@ -23,7 +23,8 @@ def test_build_then_show_from_a_config(tmp_path):
                                              "  test_beta-2: 3 records", "  train: 12 records"]
   out = io.StringIO()
   shown = cli.show(c, "sft", 2, out=out)
-  assert [s["task_id"] for s in shown] == [t.id for t in data_fakes.FakeEnvironment(2).tasks("sft")[:2]]
+  expected = data_fakes.FakeEnvironment(2).tasks("sft")[:2]
+  assert [s["task_id"] for s in shown] == [t.id for t in expected]
   assert shown[0]["messages"][0] == {"role": "user", "content": shown[0]["query"]}
 
 

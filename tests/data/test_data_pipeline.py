@@ -1,4 +1,4 @@
-"""grain pipelines: seeded order, disjoint process shards, exact resume in a new process, SFT rows."""
+"""grain pipelines: seeded order, disjoint process shards, exact resume in a new process, SFT."""
 import json
 import os
 import subprocess
@@ -119,6 +119,21 @@ def test_default_render_masks_assistant_bodies_only(smollm2_tokenizer):
                      "{\"name\": \"lookup\", \"arguments\": {\"key\": \"red\"}}\n</tool_call>"
                      "<|im_end|>It is value-of-red.<|im_end|>")
   assert render.resolve() is getattr(messages_lib, "render_sft", render.render_sft_chatml)
+
+
+def test_messages_render_sft_is_preferred_once_it_exists(monkeypatch, smollm2_tokenizer):
+  seen = []
+
+  def render_sft(messages, tokenizer, tools):
+    seen.append((len(messages), tools))
+    return [5, 6], [0, 1]
+
+  monkeypatch.setattr(messages_lib, "render_sft", render_sft, raising=False)
+  assert render.resolve() is render_sft
+  features = pipeline.SFTFeatures(smollm2_tokenizer, seq_len=3, tools=[{"name": "t"}])
+  row = features(records.Example("a/b/0", "a", "b", "q", messages=tuple(_conversation())))
+  assert row["tokens_T"].tolist() == [5, 6, smollm2_tokenizer.pad_id]
+  assert row["loss_mask_T"].tolist() == [0, 1, 0] and seen == [(4, [{"name": "t"}])]
 
 
 def test_sft_batches_are_rendered_tokenised_and_padded(dataset, smollm2_tokenizer, monkeypatch):
