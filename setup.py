@@ -20,6 +20,9 @@ setuptools.setup(
         "safetensors>=0.4",
         "ml-collections>=1.0",
         "tensorflow-datasets>=4.9",  # array_record data sources only; no TensorFlow
+        "array-record>=0.5",  # the file format tensorflow-datasets writes and reads without TF
+        "grain>=0.2.18",  # input pipelines over tfds.data_source
+        "importlib-resources>=6",  # needed by tensorflow-datasets' download_and_prepare
         "gguf>=0.17",
         "jinja2>=3.1",
         "absl-py>=2.0",

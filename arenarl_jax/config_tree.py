@@ -47,6 +47,21 @@ def make_base_config() -> ml_collections.ConfigDict:
       name="travel",  # travel | research (arenarl_jax/envs/base.py registry)
       seed=0,  # world, tasks and expert trajectories are deterministic from it
   )
+  c.data = dict(  # arenarl_jax/data: TFDS array_record datasets read with grain
+      source="env",  # env (tasks + expert from env.name/env.seed) | import (reference jsonl)
+      dir="",  # where datasets are built; "" = $ARENARL_JAX_CACHE/datasets (~/.cache/arenarl_jax)
+      error_rate=0.1,  # the expert's error rate in test references (SFT is always at 0)
+      import_dir="",  # data.source=import: <dir>/{train,test[,sft]}/<subtask>.jsonl
+      import_subtasks="",  # comma-separated; "" = one per test/*.jsonl file
+      skip_bad_rows=False,  # import: skip (log and count) bad rows instead of failing
+      seed=0,  # shuffle seed of the input pipelines
+      shuffle=True,
+      epochs=0,  # 0 = repeat forever
+      sft_seq_len=512,  # SFT rows are cut / padded to this many tokens
+      sft_batch_size=8,  # global SFT batch (split evenly over processes)
+      read_threads=0,  # grain read threads (render + tokenise at read time); 0 = in the caller
+      prefetch=0,  # grain prefetch buffer (elements) when read_threads > 0
+  )
   c.sampling = dict(
       group_size=4,  # G trajectories per prompt; row 0 of each group is the greedy anchor
       temperature=0.8, top_p=1.0, top_k=0,  # 0 = no top-k

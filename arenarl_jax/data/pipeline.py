@@ -1,0 +1,182 @@
+"""grain pipelines over a built dataset's splits: RL prompt batches and tokenised SFT batches.
+
+Order of operations (every process runs the same code on the same records)::
+
+  data source -> shuffle(seed) -> repeat(epochs) -> [process_index::process_count] -> decode/render
+  -> batch(per-process batch) -> IterDataset (read threads, prefetch)
+
+The shuffle is a seeded permutation that changes each epoch, applied to the global stream before
+it is dealt out round-robin to processes, so for one seed every process sees a fixed, disjoint
+share of each epoch, and the order does not depend on the number of read threads. The iterator's
+position (``get_state()``: the number of batches taken) is all a checkpoint needs:
+:func:`position` / :func:`restore` (or :func:`save_position` / :func:`load_position` with a JSON
+file) resume exactly where a run stopped.
+
+Prompt batches are lists of :class:`records.Example`. SFT batches are
+``{"tokens_NT", "loss_mask_NT"}`` int32 arrays: each example is rendered and tokenised at read time
+with the run's tokenizer (records store messages, not ids), cut to ``seq_len`` and right-padded
+with the tokenizer's pad id (mask 0).
+"""
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from typing import Any, Mapping, Sequence
+
+import grain
+import ml_collections
+import numpy as np
+
+from arenarl_jax.data import records, render as render_lib
+
+
+def process_shard(process_index: int | None = None,
+                  process_count: int | None = None) -> tuple[int, int]:
+  """(index, count) of this process; defaults from ``jax.process_index()/process_count()``."""
+  if process_index is None or process_count is None:
+    import jax  # only when not given: building datasets must not need an initialised backend
+    process_index = jax.process_index() if process_index is None else process_index
+    process_count = jax.process_count() if process_count is None else process_count
+  if not 0 <= process_index < process_count:
+    raise ValueError(f"process_index {process_index} is outside [0, {process_count})")
+  return int(process_index), int(process_count)
+
+
+def local_batch_size(global_batch_size: int, process_count: int) -> int:
+  """Each process's share of a global batch (which must divide evenly)."""
+  if global_batch_size <= 0 or global_batch_size % process_count:
+    raise ValueError(f"global batch size {global_batch_size} must be a positive multiple of the "
+                     f"process count {process_count}")
+  return global_batch_size // process_count
+
+
+def examples(source: Any, *, seed: int, shuffle: bool = True, epochs: int = 0,
+             process_index: int | None = None,
+             process_count: int | None = None) -> grain.MapDataset:
+  """This process's share of the (shuffled, repeated) records, decoded to ``records.Example``.
+
+  ``epochs=0`` repeats forever; ``source`` is any random-access source of records
+  (``builder.data_source(path, split)``).
+  """
+  if epochs < 0:
+    raise ValueError(f"epochs must be >= 0 (0 = repeat forever), got {epochs}")
+  if len(source) == 0:
+    raise ValueError("the split holds no records")
+  index, count = process_shard(process_index, process_count)
+  ds = grain.MapDataset.source(source)
+  if shuffle:
+    ds = ds.shuffle(seed=seed)
+  ds = ds.repeat(None if epochs == 0 else epochs)
+  return ds[index::count].map(records.Example.from_record)
+
+
+def _read_options(read_threads: int, prefetch: int) -> grain.ReadOptions:
+  return grain.ReadOptions(num_threads=read_threads, prefetch_buffer_size=prefetch)
+
+
+def prompt_batches(source: Any, *, batch_size: int, seed: int, shuffle: bool = True,
+                   epochs: int = 0, drop_remainder: bool = True, process_index: int | None = None,
+                   process_count: int | None = None, read_threads: int = 0,
+                   prefetch: int = 0) -> grain.IterDataset:
+  """Batches (lists) of ``batch_size`` prompts for this process (``batch_size`` is local)."""
+  ds = examples(source, seed=seed, shuffle=shuffle, epochs=epochs, process_index=process_index,
+                process_count=process_count)
+  ds = ds.batch(batch_size, drop_remainder=drop_remainder, batch_fn=list)
+  return ds.to_iter_dataset(_read_options(read_threads, prefetch))
+
+
+class SFTFeatures:
+  """Example -> ``{"tokens_T", "loss_mask_T"}`` (int32, length ``seq_len``) at read time."""
+
+  def __init__(self, tokenizer: Any, *, seq_len: int,
+               tools: Sequence[Mapping[str, Any]] | None = None,
+               render: render_lib.RenderFn | None = None):
+    if seq_len <= 0:
+      raise ValueError(f"seq_len must be positive, got {seq_len}")
+    self.tokenizer, self.seq_len, self.tools = tokenizer, seq_len, list(tools or ())
+    self.render = render_lib.resolve(render)
+
+  def __call__(self, example: records.Example) -> dict[str, np.ndarray]:
+    if not example.messages:
+      raise ValueError(f"{example.task_id}: no messages to train on (is this the sft split?)")
+    ids, mask = self.render(list(example.messages), self.tokenizer, self.tools or None)
+    if len(ids) != len(mask):
+      raise ValueError(f"{example.task_id}: render gave {len(ids)} ids but {len(mask)} mask values")
+    n = min(len(ids), self.seq_len)
+    tokens_T = np.full(self.seq_len, self.tokenizer.pad_id, np.int32)
+    loss_mask_T = np.zeros(self.seq_len, np.int32)
+    tokens_T[:n] = ids[:n]
+    loss_mask_T[:n] = mask[:n]
+    return {"tokens_T": tokens_T, "loss_mask_T": loss_mask_T}
+
+
+def _stack(rows: Sequence[Mapping[str, np.ndarray]]) -> dict[str, np.ndarray]:
+  return {"tokens_NT": np.stack([r["tokens_T"] for r in rows]),
+          "loss_mask_NT": np.stack([r["loss_mask_T"] for r in rows])}
+
+
+def sft_batches(source: Any, *, tokenizer: Any, seq_len: int, batch_size: int, seed: int,
+                tools: Sequence[Mapping[str, Any]] | None = None,
+                render: render_lib.RenderFn | None = None, shuffle: bool = True,
+                epochs: int = 0, process_index: int | None = None,
+                process_count: int | None = None, read_threads: int = 0,
+                prefetch: int = 0) -> grain.IterDataset:
+  """Batches of ``batch_size`` tokenised SFT conversations for this process."""
+  features = SFTFeatures(tokenizer, seq_len=seq_len, tools=tools, render=render)
+  ds = examples(source, seed=seed, shuffle=shuffle, epochs=epochs, process_index=process_index,
+                process_count=process_count).map(features)
+  ds = ds.batch(batch_size, drop_remainder=True, batch_fn=_stack)
+  return ds.to_iter_dataset(_read_options(read_threads, prefetch))
+
+
+def prompt_batches_from_config(config: ml_collections.ConfigDict, source: Any, *,
+                               process_index: int | None = None,
+                               process_count: int | None = None) -> grain.IterDataset:
+  """RL prompts: ``rl.prompts_per_step`` is the global batch, split evenly over processes."""
+  index, count = process_shard(process_index, process_count)
+  d = config.data
+  return prompt_batches(source, batch_size=local_batch_size(config.rl.prompts_per_step, count),
+                        seed=d.seed, shuffle=d.shuffle, epochs=d.epochs, process_index=index,
+                        process_count=count, read_threads=d.read_threads, prefetch=d.prefetch)
+
+
+def sft_batches_from_config(config: ml_collections.ConfigDict, source: Any, *, tokenizer: Any,
+                            tools: Sequence[Mapping[str, Any]] | None = None,
+                            render: render_lib.RenderFn | None = None,
+                            process_index: int | None = None,
+                            process_count: int | None = None) -> grain.IterDataset:
+  """SFT batches: ``data.sft_batch_size`` is the global batch, split evenly over processes."""
+  index, count = process_shard(process_index, process_count)
+  d = config.data
+  return sft_batches(source, tokenizer=tokenizer, seq_len=d.sft_seq_len,
+                     batch_size=local_batch_size(d.sft_batch_size, count), seed=d.seed,
+                     tools=tools, render=render, shuffle=d.shuffle, epochs=d.epochs,
+                     process_index=index, process_count=count, read_threads=d.read_threads,
+                     prefetch=d.prefetch)
+
+
+def position(iterator: grain.DatasetIterator) -> dict[str, Any]:
+  """The iterator's position as a JSON-serialisable dict (store it with the checkpoint)."""
+  return json.loads(json.dumps(iterator.get_state()))
+
+
+def restore(iterator: grain.DatasetIterator, state: Mapping[str, Any]) -> None:
+  """Moves a fresh iterator of the same pipeline to a saved position."""
+  iterator.set_state(dict(state))
+
+
+def save_position(path: str, iterator: grain.DatasetIterator) -> None:
+  """Writes :func:`position` as JSON, atomically (a crash never leaves half a file)."""
+  directory = os.path.dirname(os.path.abspath(path))
+  os.makedirs(directory, exist_ok=True)
+  fd, tmp = tempfile.mkstemp(dir=directory, prefix=".position-")
+  with os.fdopen(fd, "w") as f:
+    json.dump(position(iterator), f)
+  os.replace(tmp, path)
+
+
+def load_position(path: str, iterator: grain.DatasetIterator) -> None:
+  """Restores an iterator from a file written by :func:`save_position`."""
+  with open(path) as f:
+    restore(iterator, json.load(f))

@@ -1,0 +1,190 @@
+"""grain pipelines: seeded order, disjoint process shards, exact resume in a new process, SFT."""
+import json
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+import data_fakes
+from arenarl_jax import chat_format, config_tree
+from arenarl_jax import messages as messages_lib
+from arenarl_jax import tokenizer as tokenizer_lib
+from arenarl_jax.data import builder, pipeline, records, render
+from arenarl_jax.models.embedded import find_smollm2_gguf
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(os.path.dirname(HERE))
+N_TRAIN = data_fakes.SIZES["train"]
+
+
+@pytest.fixture(scope="module")
+def dataset(tmp_path_factory):
+  return builder.build(builder.SourceConfig(env="fake", env_seed=5),
+                       str(tmp_path_factory.mktemp("data")))
+
+
+@pytest.fixture(scope="module")
+def smollm2_tokenizer():
+  return tokenizer_lib.Tokenizer.from_gguf(find_smollm2_gguf())
+
+
+def _ids(iterator, n):
+  return [[ex.task_id for ex in next(iterator)] for _ in range(n)]
+
+
+def test_same_seed_same_order_each_epoch_a_new_permutation(dataset):
+  src = builder.data_source(dataset, "train")
+  run = lambda seed: _ids(iter(pipeline.prompt_batches(src, batch_size=4, seed=seed,
+                                                       process_index=0, process_count=1)), 6)
+  a, b, c = run(0), run(0), run(1)
+  assert a == b and a != c
+  all_ids = sorted(records.Example.from_record(src[i]).task_id for i in range(N_TRAIN))
+  epoch1, epoch2 = sum(a[:3], []), sum(a[3:], [])
+  assert sorted(epoch1) == all_ids and sorted(epoch2) == all_ids and epoch1 != epoch2
+  unshuffled = sum(_ids(iter(pipeline.prompt_batches(src, batch_size=4, seed=0, shuffle=False,
+                                                     process_index=0, process_count=1)), 3), [])
+  assert unshuffled == [records.Example.from_record(src[i]).task_id for i in range(N_TRAIN)]
+  assert isinstance(next(iter(pipeline.prompt_batches(src, batch_size=4, seed=0, process_index=0,
+                                                      process_count=1)))[0], records.Example)
+
+
+def test_process_shards_are_disjoint_and_cover_each_epoch(dataset):
+  src = builder.data_source(dataset, "train")
+  shards = [sum(_ids(iter(pipeline.prompt_batches(src, batch_size=2, seed=3, epochs=1,
+                                                  process_index=i, process_count=3)), 2), [])
+            for i in range(3)]
+  assert all(len(s) == 4 for s in shards)
+  union = set().union(*shards)
+  assert len(union) == N_TRAIN  # no overlap, nothing missing
+  # The shards deal out the single-process order round-robin.
+  whole = sum(_ids(iter(pipeline.prompt_batches(src, batch_size=N_TRAIN, seed=3, epochs=1,
+                                                process_index=0, process_count=1)), 1), [])
+  assert shards == [whole[i::3] for i in range(3)]
+  with pytest.raises(ValueError, match="outside"):
+    pipeline.examples(src, seed=0, process_index=3, process_count=3)
+
+
+_RESUME_CHILD = """
+import json, sys
+from arenarl_jax.data import builder, pipeline
+path, position_file, n = sys.argv[1], sys.argv[2], int(sys.argv[3])
+it = iter(pipeline.prompt_batches(builder.data_source(path, "train"), batch_size=4, seed=11,
+                                  process_index=1, process_count=2, read_threads=2, prefetch=4))
+pipeline.load_position(position_file, it)
+print(json.dumps([[ex.task_id for ex in next(it)] for _ in range(n)]))
+"""
+
+
+def test_resume_at_a_saved_position_in_a_new_process(dataset, tmp_path):
+  make = lambda: iter(pipeline.prompt_batches(
+      builder.data_source(dataset, "train"), batch_size=4, seed=11, process_index=1,
+      process_count=2, read_threads=2, prefetch=4))
+  at_once = _ids(make(), 9)  # 6 records per process and epoch: crosses epoch boundaries
+  it = make()
+  first = _ids(it, 5)
+  position_file = str(tmp_path / "position.json")
+  pipeline.save_position(position_file, it)
+  assert json.load(open(position_file)) == {"next_index": 5}
+  env = dict(os.environ, PYTHONPATH=os.pathsep.join([ROOT, HERE]))
+  proc = subprocess.run([sys.executable, "-c", _RESUME_CHILD, dataset, position_file, "4"],
+                        env=env, capture_output=True, text=True, timeout=120)
+  assert proc.returncode == 0, proc.stderr[-3000:]
+  rest = json.loads(proc.stdout.strip().splitlines()[-1])
+  assert first + rest == at_once
+
+
+def _conversation():
+  return [{"role": "user", "content": "Find the red value."},
+          {"role": "assistant", "content": "", "reasoning_content": "Look it up.",
+           "tool_calls": [{"id": "c0", "type": "function",
+                           "function": {"name": "lookup", "arguments": "{\"key\": \"red\"}"}}]},
+          {"role": "tool", "tool_call_id": "c0", "content": "value-of-red"},
+          {"role": "assistant", "content": "It is value-of-red."}]
+
+
+def test_default_render_masks_assistant_bodies_only(smollm2_tokenizer):
+  tok, tools = smollm2_tokenizer, data_fakes.FakeEnvironment().tool_source().tools()
+  ids, mask = render.render_sft_chatml(_conversation(), tok, tools)
+  text = chat_format.render_messages(
+      [{"role": "user", "content": "Find the red value."},
+       {"role": "assistant", "reasoning": "Look it up.",
+        "tool_calls": [{"name": "lookup", "arguments": {"key": "red"}}]},
+       {"role": "tool", "content": "value-of-red"},
+       {"role": "assistant", "content": "It is value-of-red."}], tools=tools)
+  assert ids == tok.encode(text) and len(mask) == len(ids)
+  trained = tok.decode([i for i, m in zip(ids, mask) if m])
+  assert trained == ("<think>\nLook it up.\n</think>\n<tool_call>\n"
+                     "{\"name\": \"lookup\", \"arguments\": {\"key\": \"red\"}}\n</tool_call>"
+                     "<|im_end|>It is value-of-red.<|im_end|>")
+  assert render.resolve() is getattr(messages_lib, "render_sft", render.render_sft_chatml)
+
+
+def test_messages_render_sft_is_preferred_once_it_exists(monkeypatch, smollm2_tokenizer):
+  seen = []
+
+  def render_sft(messages, tokenizer, tools):
+    seen.append((len(messages), tools))
+    return [5, 6], [0, 1]
+
+  monkeypatch.setattr(messages_lib, "render_sft", render_sft, raising=False)
+  assert render.resolve() is render_sft
+  features = pipeline.SFTFeatures(smollm2_tokenizer, seq_len=3, tools=[{"name": "t"}])
+  row = features(records.Example("a/b/0", "a", "b", "q", messages=tuple(_conversation())))
+  assert row["tokens_T"].tolist() == [5, 6, smollm2_tokenizer.pad_id]
+  assert row["loss_mask_T"].tolist() == [0, 1, 0] and seen == [(4, [{"name": "t"}])]
+
+
+def test_sft_batches_are_rendered_tokenised_and_padded(dataset, smollm2_tokenizer, monkeypatch):
+  tok = smollm2_tokenizer
+  src = builder.data_source(dataset, "sft")
+  tools = data_fakes.FakeEnvironment().tool_source().tools()
+  batch = next(iter(pipeline.sft_batches(src, tokenizer=tok, seq_len=512, batch_size=3, seed=0,
+                                         tools=tools, shuffle=False, process_index=0,
+                                         process_count=1)))
+  assert batch["tokens_NT"].shape == (3, 512) and batch["tokens_NT"].dtype == np.int32
+  assert batch["loss_mask_NT"].shape == (3, 512) and batch["loss_mask_NT"].dtype == np.int32
+  for row in range(3):
+    ex = records.Example.from_record(src[row])
+    ids, mask = render.render_sft_chatml(list(ex.messages), tok, tools)
+    n = len(ids)
+    assert 0 < n < 512
+    np.testing.assert_array_equal(batch["tokens_NT"][row, :n], ids)
+    np.testing.assert_array_equal(batch["loss_mask_NT"][row, :n], mask)
+    assert (batch["tokens_NT"][row, n:] == tok.pad_id).all()
+    assert not batch["loss_mask_NT"][row, n:].any()
+  # Cut to seq_len; an injected render replaces the default.
+  short = next(iter(pipeline.sft_batches(src, tokenizer=tok, seq_len=16, batch_size=2, seed=0,
+                                         tools=tools, shuffle=False, process_index=0,
+                                         process_count=1)))
+  np.testing.assert_array_equal(short["tokens_NT"], batch["tokens_NT"][:2, :16])
+  fake = lambda messages, tokenizer, tools: ([7] * len(messages), [1] * len(messages))
+  injected = next(iter(pipeline.sft_batches(src, tokenizer=tok, seq_len=8, batch_size=1, seed=0,
+                                            render=fake, shuffle=False, process_index=0,
+                                            process_count=1)))
+  assert injected["tokens_NT"].tolist() == [[7, 7, 7, 7, tok.pad_id, tok.pad_id, tok.pad_id,
+                                             tok.pad_id]]
+  with pytest.raises(ValueError, match="no messages to train on"):
+    next(iter(pipeline.sft_batches(builder.data_source(dataset, "train"), tokenizer=tok,
+                                   seq_len=8, batch_size=1, seed=0, process_index=0,
+                                   process_count=1)))
+
+
+def test_pipelines_from_config_split_the_global_batch(dataset, smollm2_tokenizer):
+  c = config_tree.make_base_config()
+  c.rl.prompts_per_step = 4
+  c.data.sft_batch_size = 4
+  c.data.sft_seq_len = 64
+  src = builder.data_source(dataset, "train")
+  shard = [next(iter(pipeline.prompt_batches_from_config(c, src, process_index=i,
+                                                         process_count=2))) for i in range(2)]
+  assert [len(b) for b in shard] == [2, 2]
+  assert not {e.task_id for e in shard[0]} & {e.task_id for e in shard[1]}
+  sft = next(iter(pipeline.sft_batches_from_config(c, builder.data_source(dataset, "sft"),
+                                                   tokenizer=smollm2_tokenizer,
+                                                   process_index=0, process_count=1)))
+  assert sft["tokens_NT"].shape == (4, 64)
+  c.rl.prompts_per_step = 3
+  with pytest.raises(ValueError, match="multiple of the process count 2"):
+    pipeline.prompt_batches_from_config(c, src, process_index=0, process_count=2)
