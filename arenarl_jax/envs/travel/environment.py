@@ -1,0 +1,66 @@
+"""The travel environment (``env.name=travel``): world, tasks, tools, checker, validity, expert."""
+from __future__ import annotations
+
+import re
+from typing import Any, Sequence
+
+import numpy as np
+
+from arenarl_jax import types
+from arenarl_jax.envs import base
+from arenarl_jax.envs import inprocess
+from arenarl_jax.envs.travel import checker as checker_lib
+from arenarl_jax.envs.travel import expert as expert_lib
+from arenarl_jax.envs.travel import tasks as tasks_lib
+from arenarl_jax.envs.travel import tools as tools_lib
+from arenarl_jax.envs.travel import world as world_lib
+
+PLAN_SUBTASKS = ("direction", "one_day", "multi_day")
+_TIME = re.compile(r"\b\d{1,2}:\d{2}\b")
+_PLACE = re.compile(r"\b[A-Z][a-z]+ [A-Z][a-z]+ [A-Z][a-z]+")
+
+
+@base.register("travel")
+class TravelEnvironment:
+  """Open-Travel offline. ``tool_max_chars`` cuts tool outputs (the reference uses 5,000)."""
+
+  name = "travel"
+  rubric = "travel"
+  subtasks = tasks_lib.SUBTASKS
+
+  def __init__(self, seed: int = 0, tool_max_chars: int = inprocess.DEFAULT_MAX_CHARS,
+               train_per_subtask: int = tasks_lib.TRAIN_PER_SUBTASK,
+               test_per_subtask: int = tasks_lib.TEST_PER_SUBTASK):
+    self.seed = int(seed)
+    self.world = world_lib.make_world(self.seed)
+    self._source = tools_lib.make_tool_source(self.world, max_chars=tool_max_chars)
+    self._checker = checker_lib.TravelChecker(self.seed)
+    self._expert = expert_lib.TravelExpert(self.world, self._source)
+    self._sizes = (int(train_per_subtask), int(test_per_subtask))
+
+  def tasks(self, split: str) -> list[base.Task]:
+    return list(tasks_lib.make_split(self.seed, split, *self._sizes))
+
+  def task(self, task_id: str) -> base.Task:
+    return tasks_lib.task_by_id(self.seed, task_id)
+
+  def tool_source(self) -> inprocess.InProcessToolSource:
+    return self._source
+
+  def checker(self, trajectory: types.Trajectory) -> dict[str, dict[str, float]]:
+    return self._checker(trajectory)
+
+  def valid(self, answer: str, subtask: str | None = None) -> tuple[bool, str]:
+    """Content validity: non-empty; with a plan subtask, names a place and a time."""
+    if not isinstance(answer, str) or not answer.strip():
+      return False, "empty answer"
+    if subtask in PLAN_SUBTASKS or subtask is None:
+      if subtask is not None and not _PLACE.search(answer):
+        return False, "the plan names no concrete place"
+      if subtask is not None and not _TIME.search(answer):
+        return False, "the plan gives no time (HH:MM)"
+    return True, ""
+
+  def expert(self, task: base.Task, error_rate: float, rng: np.random.Generator | int,
+             kinds: Sequence[str] = expert_lib.KINDS) -> list[dict[str, Any]]:
+    return self._expert.solve(task, error_rate, rng, kinds)
