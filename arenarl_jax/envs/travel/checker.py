@@ -49,7 +49,7 @@ _MONEY = re.compile(r"¥\s?(\d+(?:\.\d+)?)")
 _DIST = re.compile(r"(\d+(?:\.\d+)?)\s?(?:km|m)\b")
 _DUR = re.compile(r"(\d+)\s?min(?:ute)?s?\b")
 _RATING = re.compile(r"rat(?:ed|ing)\s*(?:of\s*)?(\d(?:\.\d)?)\b")
-_NUMBER = re.compile(r"\b(?:[GK]\d{2,5}1*|(?:CA|MU|CZ|HU)\d{4}1*)\b")
+_NUMBER = re.compile(r"\b(?:[GK]\d{2,5}|(?:CA|MU|CZ|HU)\d{4,5})\b")
 _CLOCK = re.compile(r"\b(\d{1,2}):(\d{2})\b")
 _SUFFIX = "|".join(sorted({*world_lib.ATTRACTIONS.values(), *world_lib.CUISINES.values(),
                            *world_lib.HOTELS.values(), "Railway Station", "Airport"},
@@ -218,7 +218,7 @@ class TravelChecker:
 
 
 def _doc_key(w: world_lib.World, title: str) -> str:
-  return next(d.key for d in w.docs if d.title == title)
+  return w.doc_by_title[title].key
 
 
 def _has(answer: str, text: str) -> bool:

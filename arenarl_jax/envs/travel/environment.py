@@ -1,6 +1,7 @@
 """The travel environment (``env.name=travel``): world, tasks, tools, checker, validity, expert."""
 from __future__ import annotations
 
+import hashlib
 import re
 from typing import Any, Sequence
 
@@ -43,6 +44,21 @@ class TravelEnvironment:
 
   def task(self, task_id: str) -> base.Task:
     return tasks_lib.task_by_id(self.seed, task_id)
+
+  def fingerprint(self) -> str:
+    """SHA-256 of the world (cities, POIs, corpus, a sample of timetables) and every split."""
+    h = hashlib.sha256()
+    w = self.world
+    h.update(repr((w.cities, sorted(w.pois.items()), w.docs)).encode())
+    for a in w.cities[:6]:
+      for b in w.cities[-6:]:
+        for date in world_lib.DATES[::7]:
+          h.update(repr((w.departures("flight", a.name, b.name, date),
+                         w.departures("train", a.name, b.name, date))).encode())
+    for split in ("train", "sft") + tuple(f"test_{s}" for s in self.subtasks):
+      h.update(repr([(t.id, t.query, sorted(t.constraints.items())) for t in self.tasks(split)])
+               .encode())
+    return h.hexdigest()
 
   def tool_source(self) -> inprocess.InProcessToolSource:
     return self._source

@@ -123,7 +123,7 @@ class TravelExpert:
     return text
 
   def _info_line(self, title: str) -> str:
-    doc = next(d for d in self.world.docs if d.title == title)
+    doc = self.world.doc_by_title[title]
     return f"{doc.title}: {doc.text}"
 
 

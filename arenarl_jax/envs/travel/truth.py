@@ -73,8 +73,10 @@ def _search(w: world_lib.World, c: Mapping[str, Any]) -> Truth:
   land = w.poi(c["city"], c["landmark"])
   near = []
   for p in w.pois[c["city"]]:
+    if p.category != c["category"] or p.name == land.name:
+      continue
     m = int(round(world_lib.distance_km(land.lat, land.lng, p.lat, p.lng) * 1000))
-    if p.category == c["category"] and p.name != land.name and m <= c["radius"]:
+    if m <= c["radius"]:
       near.append((m, p))
   good = sorted((x for x in near if meets(x[1], c["max_price"], c["min_rating"])),
                 key=lambda x: (-x[1].rating, x[0], x[1].name))

@@ -147,6 +147,7 @@ class World:
     rng = np.random.default_rng([self.seed, 1])
     self.cities = self._make_cities(rng)
     self.city_by_key = {c.name.lower(): c for c in self.cities}
+    self.city_index = {c.name: k for k, c in enumerate(self.cities)}
     self.pois: dict[str, tuple[Poi, ...]] = {}
     self.poi_by_key: dict[tuple[str, str], Poi] = {}
     for k, city in enumerate(self.cities):
@@ -155,6 +156,7 @@ class World:
       for p in pois:
         self.poi_by_key[(city.name.lower(), p.name.lower())] = p
     self.docs = self._make_docs(np.random.default_rng([self.seed, 3]))
+    self.doc_by_title = {d.title: d for d in self.docs}
     self.doc_index: dict[str, list[int]] = {}
     for k, doc in enumerate(self.docs):
       for t in set(tokens(doc.title + " " + doc.text)):
@@ -239,11 +241,10 @@ class World:
     return self.poi_by_key.get((city.strip().lower(), name.strip().lower()))
 
   def weather_doc(self, city: str, date: str) -> Doc:
-    return self.docs[[c.name for c in self.cities].index(city) * (NUM_DATES + 2)
-                     + DATES.index(date)]
+    return self.docs[self.city_index[city] * (NUM_DATES + 2) + DATES.index(date)]
 
   def city_docs(self, city: str) -> tuple[Doc, Doc]:
-    k = [c.name for c in self.cities].index(city) * (NUM_DATES + 2) + NUM_DATES
+    k = self.city_index[city] * (NUM_DATES + 2) + NUM_DATES
     return self.docs[k], self.docs[k + 1]
 
   def policy_docs(self) -> tuple[Doc, ...]:
@@ -278,8 +279,7 @@ class World:
     a, b = self.city(origin), self.city(destination)
     if a is None or b is None or a is b:
       return ()
-    ia = [c.name for c in self.cities].index(a.name)
-    ib = [c.name for c in self.cities].index(b.name)
+    ia, ib = self.city_index[a.name], self.city_index[b.name]
     km = distance_km(a.lat, a.lng, b.lat, b.lng)
     rng = np.random.default_rng([self.seed, 4 if kind == "flight" else 5, ia, ib,
                                  DATES.index(date)])
@@ -294,7 +294,7 @@ class World:
       for k in range(count):
         dep = int(rng.integers(6 * 12, 21 * 12)) * 5
         price = int(round((300 + km * 0.6) * rng.uniform(0.7, 1.5) / 10)) * 10
-        out.append(Departure(f"{codes[int(rng.integers(4))]}{int(rng.integers(1000, 10000))}",
+        out.append(Departure(f"{codes[int(rng.integers(4))]}{int(rng.integers(500, 4999)) * 2}",
                              src[int(rng.integers(len(src)))], dst[int(rng.integers(len(dst)))],
                              dep, dep + dur + int(rng.integers(0, 4)) * 5,
                              (("economy", price), ("business", price * 3))))
@@ -311,17 +311,22 @@ class World:
         dep = int(rng.integers(6 * 12, 20 * 12)) * 5
         second = int(round(km * 1.2 * (0.45 if fast else 0.2) * rng.uniform(0.9, 1.1)))
         prefix = "G" if fast else "K"
-        out.append(Departure(f"{prefix}{int(rng.integers(10, 9999))}",
+        out.append(Departure(f"{prefix}{int(rng.integers(5, 4999)) * 2}",
                              src[int(rng.integers(len(src)))], dst[int(rng.integers(len(dst)))],
                              dep, dep + dur,
                              (("second class", second), ("first class", int(second * 1.6)))))
     out.sort(key=lambda d: (d.depart_min, d.number))
-    # Departures of one day have distinct numbers (a duplicate gets a suffix digit).
+    # Numbers are odd in one direction and even in the other (as on Chinese railways), so a
+    # trip's outbound and return services never share one; duplicates of a day move up by 2.
+    parity = int(ia < ib)
     seen: set[str] = set()
     unique = []
     for d in out:
-      while d.number in seen:
-        d = dataclasses.replace(d, number=d.number + "1")
+      prefix, n = d.number[:2 if kind == "flight" else 1], int(d.number[2 if kind == "flight"
+                                                                        else 1:]) + parity
+      while f"{prefix}{n}" in seen:
+        n += 2
+      d = dataclasses.replace(d, number=f"{prefix}{n}")
       seen.add(d.number)
       unique.append(d)
     return tuple(unique)
