@@ -1,4 +1,4 @@
-"""Open-Travel offline: a deterministic travel world with the paper's six tools (see environment.py).
+"""Open-Travel offline: a deterministic world with the paper's six tools (see environment.py).
 
 Importing this package registers the ``travel`` environment (``env.name=travel``).
 """

@@ -289,7 +289,7 @@ def _solve_multi_day(ex: TravelExpert, task, gt, errors, conv: _Conversation):
     out_price = ex._invent(conv, task.query, plan["outbound"].price, 1)
   h = plan["hotel"]
   lines = [f"Trip from {c['origin']} to {c['destination']}, {c['date']} to {c['return_date']}, "
-           f"{c['party']} person(s):",
+           f"party of {c['party']}:",
            _dep_line("Outbound", plan["outbound"], out_price),
            f"Hotel: {h.name} ({h.category}), rating {h.rating}, ¥{hotel_price} per night, "
            f"{h.address}."]

@@ -192,26 +192,29 @@ def _finish(rng: np.random.Generator, w: world_lib.World, subtask: str,
         f"person), by transit, back to the hotel. Total budget ¥{c['budget']}. What's the hotel's "
         f"address? {info_q}",
         f"One-day trip in {c['city']} ({c['date']}), party of {c['party']}, from {c['hotel']} at "
-        f"{start}. I'd like to see two {plural(c['category'])} rated at least {c['min_rating']} with "
-        f"tickets up to ¥{c['max_ticket']}, and eat {c['cuisine']} for lunch for no more than "
-        f"¥{c['max_meal']} a head. We use public transit and must stay within ¥{c['budget']} in "
-        f"total. Include the address of {c['hotel']}. {info_q}"))
+        f"{start}. I'd like to see two {plural(c['category'])} rated at least {c['min_rating']} "
+        f"with tickets up to ¥{c['max_ticket']}, and eat {c['cuisine']} for lunch for no more "
+        f"than ¥{c['max_meal']} a head. We use public transit and must stay within "
+        f"¥{c['budget']} in total. Include the address of {c['hotel']}. {info_q}"))
   elif subtask == "multi_day":
     c["budget"] = gt.budget
     dep, ret = world_lib.clock(c["earliest"]), world_lib.clock(c["return_earliest"])
     policy_q = f"And what is the {c['policy'].lower()}?"
     weather_q = f"What's the weather in {c['destination']} on {c['date']}?"
+    who = "I" if c["party"] == 1 else f"{c['party']} of us"
+    people = "one person" if c["party"] == 1 else f"{c['party']} people"
     c["query"] = _pick(rng, (
         f"Plan a {c['nights'] + 1}-day trip from {c['origin']} to {c['destination']} for "
-        f"{c['party']} person(s), leaving {c['date']} (not before {dep}) and coming back by train "
+        f"{people}, leaving {c['date']} (not before {dep}) and coming back by train "
         f"on {c['return_date']} (departing {ret} or later). Compare trains and flights for the "
-        f"outbound trip. Hotel at most ¥{c['hotel_max']} per night, rated {c['hotel_min_rating']}+. "
-        f"We love {plural(c['category'])}. Total budget ¥{c['budget']}. {weather_q} {policy_q}",
-        f"{c['party']} of us want to go from {c['origin']} to {c['destination']} on {c['date']} "
+        f"outbound trip. Hotel at most ¥{c['hotel_max']} per night, rated "
+        f"{c['hotel_min_rating']}+. We love {plural(c['category'])}. Total budget "
+        f"¥{c['budget']}. {weather_q} {policy_q}",
+        f"{who} want to go from {c['origin']} to {c['destination']} on {c['date']} "
         f"(departure {dep} or later; train or plane, whichever is cheaper) and return by train on "
         f"{c['return_date']} after {ret}. Find a hotel rated at least {c['hotel_min_rating']} for "
-        f"no more than ¥{c['hotel_max']} a night and some {plural(c['category'])} to visit; budget "
-        f"¥{c['budget']} overall. {weather_q} {policy_q}"))
+        f"no more than ¥{c['hotel_max']} a night and some {plural(c['category'])} to visit; "
+        f"budget ¥{c['budget']} overall. {weather_q} {policy_q}"))
   return c
 
 

@@ -217,12 +217,14 @@ class World:
     policies = [
         ("Train luggage policy", "Each passenger may carry 20 kg of luggage free on trains.",
          "20 kg of luggage"),
-        ("Flight baggage policy", "Economy fares include one checked bag of 23 kg.", "checked bag of 23 kg"),
+        ("Flight baggage policy", "Economy fares include one checked bag of 23 kg.",
+         "checked bag of 23 kg"),
         ("Train ticket refund policy", "Refunds more than 48 hours before departure are free; "
          "later refunds cost 5% of the fare.", "48 hours before departure"),
         ("Child fare policy", "Children under 1.2 m travel free on trains; children under 12 pay "
          "half fare.", "under 12 pay half fare"),
-        ("Flight check-in policy", "Check-in closes 45 minutes before departure.", "closes 45 minutes before"),
+        ("Flight check-in policy", "Check-in closes 45 minutes before departure.",
+         "closes 45 minutes before"),
         ("Hotel check-in policy", "Hotels check guests in from 14:00 and out by 12:00.",
          "in from 14:00"),
         ("Pets on trains policy", "Small pets in carriers under 10 kg are allowed in second "
