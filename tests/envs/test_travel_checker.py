@@ -158,3 +158,17 @@ def test_round_robin_ranks_nested_experts_in_order(env):
   results = tournament.rank(groups, judge, "round_robin", 0)
   in_order = sum(r.order == (0, 1, 2, 3) for r in results)
   assert in_order >= 0.95 * len(groups), (in_order, len(groups))
+
+
+def test_invented_places_and_services_are_unsupported(env, tests_by_subtask):
+  task = tests_by_subtask["multi_day"][2]
+  traj = _traj(env, task, 0.0, 2)
+  answer = traj.final_answer
+  number = re.search(r"Outbound: \w+ (\w+),", answer).group(1)
+  fake_number = number[:-1] + str((int(number[-1]) + 2) % 10)  # same direction parity
+  results = "\n".join(r for s in traj.steps for r in s.tool_results)
+  assert fake_number not in results
+  hotel = re.search(r"Hotel: (.+?) \(", answer).group(1)
+  for old, new in ((number, fake_number), (hotel, "Velvet Comet Grand Hotel")):
+    scores = env.checker(_with_answer(traj, answer.replace(old, new)))
+    assert scores["answer"]["details"] == 10 - checker_lib.STEP_ANSWER, (old, new, scores)

@@ -72,6 +72,20 @@ def test_queries_state_constraints_in_varied_wording(env):
         assert str(c[key]) in t.query, (t.id, key)
 
 
+def test_config_keys_and_reference_rate():
+  env = base.make_environment("travel", seed=1, tool_max_chars=300, reference_error_rate=1.0,
+                              **SMALL)
+  assert len(env.tasks("train")) == 5 * SMALL["train_per_subtask"]
+  assert len(env.tasks("test_compare")) == SMALL["test_per_subtask"]
+  r = env.tool_source().call_sync("search_poi", {"city": env.world.cities[0].name,
+                                                 "keyword": "attractions"})
+  assert r.ok and "[truncated:" in r.text and r.text.index("[truncated:") < 310
+  task = env.tasks("test_search")[0]
+  assert env.reference(task, 4) == env.expert(task, 1.0, 4) != env.expert(task, 0.0, 4)
+  with pytest.raises(ValueError, match="reference_error_rate"):
+    base.make_environment("travel", seed=1, reference_error_rate=2.0)
+
+
 def test_valid(env):
   assert env.valid("") == (False, "empty answer")
   assert env.valid("   \n") == (False, "empty answer")

@@ -58,6 +58,11 @@ def test_search_poi(world, source):
   first = _ok(source, "search_poi", {"city": city.name, "keyword": target.name}).splitlines()[1]
   assert first.startswith(f"1. {target.name} | attraction/museum | rating {target.rating}")
   assert f"ticket ¥{target.price}" in first or target.price == 0
+  for plural in ("museums", "MUSEUMS"):  # plural and case-insensitive keywords
+    assert _ok(source, "search_poi", {"city": city.name, "keyword": plural}).splitlines()[1:] \
+        == lines[1:]
+  galleries = _ok(source, "search_poi", {"city": city.name, "keyword": "galleries"})
+  assert galleries.splitlines()[0].startswith("4 place(s)")
   many = _ok(source, "search_poi", {"city": city.name, "keyword": "attraction"})
   assert many.splitlines()[0].endswith("showing 10:") and len(many.splitlines()) == 11
 

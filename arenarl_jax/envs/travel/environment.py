@@ -23,7 +23,12 @@ _PLACE = re.compile(r"\b[A-Z][a-z]+ [A-Z][a-z]+ [A-Z][a-z]+")
 
 @base.register("travel")
 class TravelEnvironment:
-  """Open-Travel offline. ``tool_max_chars`` cuts tool outputs (the reference uses 5,000)."""
+  """Open-Travel offline; the keyword arguments are the ``env.*`` config keys of the same names.
+
+  ``tool_max_chars`` cuts tool outputs (the reference uses 5,000); ``train_per_subtask`` and
+  ``test_per_subtask`` size the splits; ``reference_error_rate`` is the expert's error rate for
+  evaluation references.
+  """
 
   name = "travel"
   rubric = "travel"
@@ -31,13 +36,17 @@ class TravelEnvironment:
 
   def __init__(self, seed: int = 0, tool_max_chars: int = inprocess.DEFAULT_MAX_CHARS,
                train_per_subtask: int = tasks_lib.TRAIN_PER_SUBTASK,
-               test_per_subtask: int = tasks_lib.TEST_PER_SUBTASK):
+               test_per_subtask: int = tasks_lib.TEST_PER_SUBTASK,
+               reference_error_rate: float = expert_lib.REFERENCE_ERROR_RATE):
     self.seed = int(seed)
     self.world = world_lib.make_world(self.seed)
     self._source = tools_lib.make_tool_source(self.world, max_chars=tool_max_chars)
     self._checker = checker_lib.TravelChecker(self.seed)
     self._expert = expert_lib.TravelExpert(self.world, self._source)
     self._sizes = (int(train_per_subtask), int(test_per_subtask))
+    if not 0.0 <= reference_error_rate <= 1.0:
+      raise ValueError(f"env.reference_error_rate must be in [0, 1], got {reference_error_rate}")
+    self.reference_error_rate = float(reference_error_rate)
 
   def tasks(self, split: str) -> list[base.Task]:
     return list(tasks_lib.make_split(self.seed, split, *self._sizes))
@@ -80,3 +89,7 @@ class TravelEnvironment:
   def expert(self, task: base.Task, error_rate: float, rng: np.random.Generator | int,
              kinds: Sequence[str] = expert_lib.KINDS) -> list[dict[str, Any]]:
     return self._expert.solve(task, error_rate, rng, kinds)
+
+  def reference(self, task: base.Task, rng: np.random.Generator | int) -> list[dict[str, Any]]:
+    """An evaluation reference: the expert at ``reference_error_rate`` (SFT data uses rate 0)."""
+    return self.expert(task, self.reference_error_rate, rng)

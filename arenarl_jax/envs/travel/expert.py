@@ -32,6 +32,7 @@ from arenarl_jax.envs.travel import tools as tools_lib
 from arenarl_jax.envs.travel import truth as truth_lib
 from arenarl_jax.envs.travel import world as world_lib
 
+REFERENCE_ERROR_RATE = 0.3  # evaluation references: a flawless one would cap win rates at 50%
 KINDS = ("skip_tool", "break_constraint", "unsupported_fact", "redundant_call")
 SITES_PER_KIND = 2
 SITES = tuple((kind, k) for kind in KINDS for k in range(SITES_PER_KIND))

@@ -103,11 +103,11 @@ class TravelTools:
     return city
 
   def _matches(self, city: str, keyword: str) -> list[world_lib.Poi]:
-    key = keyword.strip().lower()
+    key = " ".join(keyword.lower().split())
+    singular = key[:-3] + "y" if key.endswith("ies") else key[:-1] if key.endswith("s") else key
     out = []
     for p in self.world.pois[city]:
-      name = p.name.lower()
-      if key in (p.kind, p.category) or key == p.kind + "s" or key in name:
+      if key in (p.kind, p.category) or singular in (p.kind, p.category) or key in p.name.lower():
         out.append(p)
     return out
 
