@@ -241,20 +241,28 @@ def _key(task: base.Task) -> str:
   return json.dumps(task.constraints, sort_keys=True)
 
 
-@functools.lru_cache(maxsize=16)
 def make_split(seed: int, split: str, train_per_subtask: int = TRAIN_PER_SUBTASK,
                test_per_subtask: int = TEST_PER_SUBTASK) -> tuple[base.Task, ...]:
-  """``train`` (all subtasks), ``sft`` (train without M-Day) or ``test_<subtask>``."""
-  if split in ("train", "sft"):
-    subs = [s for s in SUBTASKS if split == "train" or s not in SFT_EXCLUDED]
-    out = tuple(make_task.__wrapped__(seed, s, k) for s in subs for k in range(train_per_subtask))
+  """``train`` (all subtasks), ``sft`` (train without M-Day) or ``test_<subtask>``; cached."""
+  return _split(int(seed), split, int(train_per_subtask), int(test_per_subtask))
+
+
+@functools.lru_cache(maxsize=16)
+def _split(seed: int, split: str, train_per_subtask: int,
+           test_per_subtask: int) -> tuple[base.Task, ...]:
+  if split == "sft":
+    return tuple(t for t in _split(seed, "train", train_per_subtask, test_per_subtask)
+                 if t.subtask not in SFT_EXCLUDED)
+  if split == "train":
+    out = tuple(make_task.__wrapped__(seed, s, k) for s in SUBTASKS
+                for k in range(train_per_subtask))
     _BY_ID.update(((seed, t.id), t) for t in out)
     return out
   sub = split[len("test_"):] if split.startswith("test_") else None
   if sub not in SUBTASKS:
     raise ValueError(f"unknown split {split!r}; expected train, sft or test_<subtask> with "
                      f"subtask in {SUBTASKS}")
-  train = {_key(t) for t in make_split(seed, "train", train_per_subtask, test_per_subtask)
+  train = {_key(t) for t in _split(seed, "train", train_per_subtask, test_per_subtask)
            if t.subtask == sub}
   out: list[base.Task] = []
   index = TEST_OFFSET

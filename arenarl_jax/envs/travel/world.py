@@ -286,6 +286,7 @@ class World:
     rng = np.random.default_rng([self.seed, 4 if kind == "flight" else 5, ia, ib,
                                  DATES.index(date)])
     out: list[Departure] = []
+    # One array draw per field (scalar numpy draws dominate the cost otherwise).
     if kind == "flight":
       if km < 300:
         return ()
@@ -293,29 +294,34 @@ class World:
       src = [p.name for p in self.pois[a.name] if p.kind == "airport"]
       dst = [p.name for p in self.pois[b.name] if p.kind == "airport"]
       codes = ("CA", "MU", "CZ", "HU")
+      dep = (rng.integers(6 * 12, 21 * 12, count) * 5).tolist()
+      price = np.round((300 + km * 0.6) * rng.uniform(0.7, 1.5, count) / 10).astype(int) * 10
+      code, number = rng.integers(4, size=count).tolist(), rng.integers(500, 4999, count).tolist()
+      s_k, d_k = rng.integers(len(src), size=count).tolist(), rng.integers(len(dst),
+                                                                             size=count).tolist()
+      late = (rng.integers(0, 4, count) * 5).tolist()
       for k in range(count):
-        dep = int(rng.integers(6 * 12, 21 * 12)) * 5
-        price = int(round((300 + km * 0.6) * rng.uniform(0.7, 1.5) / 10)) * 10
-        out.append(Departure(f"{codes[int(rng.integers(4))]}{int(rng.integers(500, 4999)) * 2}",
-                             src[int(rng.integers(len(src)))], dst[int(rng.integers(len(dst)))],
-                             dep, dep + dur + int(rng.integers(0, 4)) * 5,
-                             (("economy", price), ("business", price * 3))))
+        p = int(price[k])
+        out.append(Departure(f"{codes[code[k]]}{number[k] * 2}", src[s_k[k]], dst[d_k[k]],
+                             dep[k], dep[k] + dur + late[k],
+                             (("economy", p), ("business", p * 3))))
     else:
       if km > 1600:
         return ()
       count = int(rng.integers(4, 8))
       src = [p.name for p in self.pois[a.name] if p.kind == "station"]
       dst = [p.name for p in self.pois[b.name] if p.kind == "station"]
+      fast = (rng.random(count) < 0.6).tolist()
+      dep = (rng.integers(6 * 12, 20 * 12, count) * 5).tolist()
+      factor = rng.uniform(0.9, 1.1, count).tolist()
+      number = rng.integers(5, 4999, count).tolist()
+      s_k, d_k = rng.integers(len(src), size=count).tolist(), rng.integers(len(dst),
+                                                                             size=count).tolist()
       for k in range(count):
-        fast = bool(rng.random() < 0.6)
-        speed = 250 if fast else 120
-        dur = int(round(km * 1.2 / speed * 60)) + 10
-        dep = int(rng.integers(6 * 12, 20 * 12)) * 5
-        second = int(round(km * 1.2 * (0.45 if fast else 0.2) * rng.uniform(0.9, 1.1)))
-        prefix = "G" if fast else "K"
-        out.append(Departure(f"{prefix}{int(rng.integers(5, 4999)) * 2}",
-                             src[int(rng.integers(len(src)))], dst[int(rng.integers(len(dst)))],
-                             dep, dep + dur,
+        dur = int(round(km * 1.2 / (250 if fast[k] else 120) * 60)) + 10
+        second = int(round(km * 1.2 * (0.45 if fast[k] else 0.2) * factor[k]))
+        out.append(Departure(f"{'G' if fast[k] else 'K'}{number[k] * 2}", src[s_k[k]],
+                             dst[d_k[k]], dep[k], dep[k] + dur,
                              (("second class", second), ("first class", int(second * 1.6)))))
     out.sort(key=lambda d: (d.depart_min, d.number))
     # Numbers are odd in one direction and even in the other (as on Chinese railways), so a
