@@ -1,7 +1,8 @@
 """Ground-truth checker for travel trajectories (the rubric judge's ``Checker`` contract).
 
-``check(trajectory)`` finds the task by ``metadata["task_id"]``, re-derives its ground truth from
-the world's seed (:mod:`truth`), and scores the travel rubric's dimensions, 0-10 each::
+A :class:`TravelChecker` called on a trajectory finds the task by ``metadata["task_id"]``,
+re-derives its ground truth from the world's seed (:mod:`truth`; nothing is read from the
+trajectory but its calls, results and answer) and scores the travel rubric's dimensions, 0-10::
 
   path.breadth      10 - 3 x needed calls never made successfully          (coverage)
   path.relevance    10 - 3 x calls repeating an earlier (tool, arguments) - 1 x unrelated calls
@@ -10,7 +11,8 @@ the world's seed (:mod:`truth`), and scores the travel rubric's dimensions, 0-10
   answer.feasibility 10 - 4 x broken constraints (a pick over a price/rating/radius limit, a
                     departure before the allowed time, a deadline missed, a total over budget)
   answer.details    10 - 4 x stated facts no received tool result supports (prices, distances,
-                    durations, ratings, place names, train/flight numbers and their times);
+                    durations, ratings, place names, train/flight numbers and the clock
+                    times on lines naming one);
                     at most 3 when the answer states fewer than two checkable facts
   answer.clarity    10; 6 for fewer than three lines; 2 under 80 characters
 

@@ -39,10 +39,6 @@ class Truth:
   violators: tuple[Any, ...]  # up to two constraint-breaking alternatives, in site order
   budget: int = 0
 
-  @property
-  def skippable(self) -> tuple[CallSpec, CallSpec]:
-    return self.calls[0], self.calls[1]
-
 
 def norm(value: Any) -> Any:
   """Argument values compared case- and space-insensitively (lists element-wise)."""
