@@ -172,3 +172,21 @@ def test_invented_places_and_services_are_unsupported(env, tests_by_subtask):
   for old, new in ((number, fake_number), (hotel, "Velvet Comet Grand Hotel")):
     scores = env.checker(_with_answer(traj, answer.replace(old, new)))
     assert scores["answer"]["details"] == 10 - checker_lib.STEP_ANSWER, (old, new, scores)
+
+
+def test_arbitrary_trajectories_never_crash_the_checker(env, tests_by_subtask):
+  rng = np.random.default_rng(0)
+  alphabet = list("abc ¥:0123456789.\n") + ["km", "min", "rated ", "Total ", "recommend ",
+                                            "arrival ", "leave ", "G12", "CA1234", " Museum",
+                                            " Grand Hotel", "Jade Lotus"]
+  for k in range(200):
+    task = tests_by_subtask[env.subtasks[k % 5]][0]
+    answer = "".join(rng.choice(alphabet, size=int(rng.integers(0, 120))))
+    call = types.ToolCall(["search_poi", "get_navigation", "nope"][k % 3],
+                          {"city": [1, {"a": None}], "waypoints": None, "x": float("nan")})
+    steps = (types.Step(tool_calls=(call,), tool_results=("Error: x" if k % 2 else "¥5 3.2 km",)),
+             types.Step(content=answer))
+    scores = env.checker(types.Trajectory(query=task.query, steps=steps,
+                                          metadata={"task_id": task.id}))
+    assert all(0 <= v <= 10 for sec in scores.values() for v in sec.values())
+    assert scores["path"]["breadth"] < 10  # nothing needed was called
