@@ -46,6 +46,10 @@ def make_base_config() -> ml_collections.ConfigDict:
   c.env = dict(
       name="travel",  # travel | research (arenarl_jax/envs/base.py registry)
       seed=0,  # world, tasks and expert trajectories are deterministic from it
+      tool_max_chars=5000,  # tool outputs are cut to this many characters (the reference: 5,000)
+      train_per_subtask=250,  # travel: training tasks per subtask (5 subtasks)
+      test_per_subtask=50,  # travel: test tasks per subtask (the paper's test set: 5 x 50)
+      reference_error_rate=0.3,  # the expert's error rate for evaluation references
   )
   c.data = dict(  # arenarl_jax/data: TFDS array_record datasets read with grain
       source="env",  # env (tasks + expert from env.name/env.seed) | import (reference jsonl)

@@ -1,0 +1,95 @@
+"""The travel environment (``env.name=travel``): world, tasks, tools, checker, validity, expert."""
+from __future__ import annotations
+
+import hashlib
+import re
+from typing import Any, Sequence
+
+import numpy as np
+
+from arenarl_jax import types
+from arenarl_jax.envs import base
+from arenarl_jax.envs import inprocess
+from arenarl_jax.envs.travel import checker as checker_lib
+from arenarl_jax.envs.travel import expert as expert_lib
+from arenarl_jax.envs.travel import tasks as tasks_lib
+from arenarl_jax.envs.travel import tools as tools_lib
+from arenarl_jax.envs.travel import world as world_lib
+
+PLAN_SUBTASKS = ("direction", "one_day", "multi_day")
+_TIME = re.compile(r"\b\d{1,2}:\d{2}\b")
+_PLACE = re.compile(r"\b[A-Z][a-z]+ [A-Z][a-z]+ [A-Z][a-z]+")
+
+
+@base.register("travel")
+class TravelEnvironment:
+  """Open-Travel offline; the keyword arguments are the ``env.*`` config keys of the same names.
+
+  ``tool_max_chars`` cuts tool outputs (the reference uses 5,000); ``train_per_subtask`` and
+  ``test_per_subtask`` size the splits; ``reference_error_rate`` is the expert's error rate for
+  evaluation references.
+  """
+
+  name = "travel"
+  rubric = "travel"
+  subtasks = tasks_lib.SUBTASKS
+
+  def __init__(self, seed: int = 0, tool_max_chars: int = inprocess.DEFAULT_MAX_CHARS,
+               train_per_subtask: int = tasks_lib.TRAIN_PER_SUBTASK,
+               test_per_subtask: int = tasks_lib.TEST_PER_SUBTASK,
+               reference_error_rate: float = expert_lib.REFERENCE_ERROR_RATE):
+    self.seed = int(seed)
+    self.world = world_lib.make_world(self.seed)
+    self._source = tools_lib.make_tool_source(self.world, max_chars=tool_max_chars)
+    self._checker = checker_lib.TravelChecker(self.seed)
+    self._expert = expert_lib.TravelExpert(self.world, self._source)
+    self._sizes = (int(train_per_subtask), int(test_per_subtask))
+    if not 0.0 <= reference_error_rate <= 1.0:
+      raise ValueError(f"env.reference_error_rate must be in [0, 1], got {reference_error_rate}")
+    self.reference_error_rate = float(reference_error_rate)
+
+  def tasks(self, split: str) -> list[base.Task]:
+    return list(tasks_lib.make_split(self.seed, split, *self._sizes))
+
+  def task(self, task_id: str) -> base.Task:
+    return tasks_lib.task_by_id(self.seed, task_id)
+
+  def fingerprint(self) -> str:
+    """SHA-256 of the world (cities, POIs, corpus, a sample of timetables) and every split."""
+    h = hashlib.sha256()
+    w = self.world
+    h.update(repr((w.cities, sorted(w.pois.items()), w.docs)).encode())
+    for a in w.cities[:6]:
+      for b in w.cities[-6:]:
+        for date in world_lib.DATES[::7]:
+          h.update(repr((w.departures("flight", a.name, b.name, date),
+                         w.departures("train", a.name, b.name, date))).encode())
+    for split in ("train", "sft") + tuple(f"test_{s}" for s in self.subtasks):
+      h.update(repr([(t.id, t.query, sorted(t.constraints.items())) for t in self.tasks(split)])
+               .encode())
+    return h.hexdigest()
+
+  def tool_source(self) -> inprocess.InProcessToolSource:
+    return self._source
+
+  def checker(self, trajectory: types.Trajectory) -> dict[str, dict[str, float]]:
+    return self._checker(trajectory)
+
+  def valid(self, answer: str, subtask: str | None = None) -> tuple[bool, str]:
+    """Content validity: non-empty; with a plan subtask, names a place and a time."""
+    if not isinstance(answer, str) or not answer.strip():
+      return False, "empty answer"
+    if subtask in PLAN_SUBTASKS or subtask is None:
+      if subtask is not None and not _PLACE.search(answer):
+        return False, "the plan names no concrete place"
+      if subtask is not None and not _TIME.search(answer):
+        return False, "the plan gives no time (HH:MM)"
+    return True, ""
+
+  def expert(self, task: base.Task, error_rate: float, rng: np.random.Generator | int,
+             kinds: Sequence[str] = expert_lib.KINDS) -> list[dict[str, Any]]:
+    return self._expert.solve(task, error_rate, rng, kinds)
+
+  def reference(self, task: base.Task, rng: np.random.Generator | int) -> list[dict[str, Any]]:
+    """An evaluation reference: the expert at ``reference_error_rate`` (SFT data uses rate 0)."""
+    return self.expert(task, self.reference_error_rate, rng)
