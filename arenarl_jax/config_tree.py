@@ -47,14 +47,16 @@ def make_base_config() -> ml_collections.ConfigDict:
       name="travel",  # travel | research (arenarl_jax/envs/base.py registry)
       seed=0,  # world, tasks and expert trajectories are deterministic from it
       tool_max_chars=5000,  # tool outputs are cut to this many characters (the reference: 5,000)
-      train_per_subtask=250,  # travel: training tasks per subtask (5 subtasks)
-      test_per_subtask=50,  # travel: test tasks per subtask (the paper's test set: 5 x 50)
-      reference_error_rate=0.3,  # the expert's error rate for evaluation references
+      reference_error_rate=0.3,  # the expert's error rate in evaluation references (SFT: 0)
+      travel=dict(  # keys only the travel environment takes (envs/base.py COMMON_KEYS: the rest)
+          train_per_subtask=250,  # training tasks per subtask (5 subtasks)
+          test_per_subtask=50,  # test tasks per subtask (the paper's test set: 5 x 50)
+      ),
+      research=dict(cache_dir=""),  # corpus cache; "" = $ARENARL_RESEARCH_CACHE or ~/.cache
   )
   c.data = dict(  # arenarl_jax/data: TFDS array_record datasets read with grain
       source="env",  # env (tasks + expert from env.name/env.seed) | import (reference jsonl)
       dir="",  # where datasets are built; "" = $ARENARL_JAX_CACHE/datasets (~/.cache/arenarl_jax)
-      error_rate=0.1,  # the expert's error rate in test references (SFT is always at 0)
       import_dir="",  # data.source=import: <dir>/{train,test[,sft]}/<subtask>.jsonl
       import_subtasks="",  # comma-separated; "" = one per test/*.jsonl file
       skip_bad_rows=False,  # import: skip (log and count) bad rows instead of failing

@@ -38,12 +38,12 @@ class SourceConfig(tfds.core.BuilderConfig):
   """Where the records come from; the config name is derived from it (see the module doc)."""
 
   def __init__(self, *, source: str = "env", env: str = "travel", env_seed: int = 0,
-               error_rate: float = 0.1, import_dir: str = "",
+               error_rate: float = 0.3, import_dir: str = "",
                import_subtasks: tuple[str, ...] = (), skip_bad_rows: bool = False):
     if source not in SOURCES:
       raise ValueError(f"data.source: {source!r} is not one of {SOURCES}")
     if not 0.0 <= error_rate <= 1.0:
-      raise ValueError(f"data.error_rate: {error_rate} is outside [0, 1]")
+      raise ValueError(f"env.reference_error_rate: {error_rate} is outside [0, 1]")
     self.source, self.env, self.env_seed = source, env, int(env_seed)
     self.error_rate, self.skip_bad_rows = float(error_rate), bool(skip_bad_rows)
     self.import_dir = os.path.abspath(os.path.expanduser(import_dir)) if import_dir else ""
@@ -68,7 +68,7 @@ def make_source_config(config: ml_collections.ConfigDict) -> SourceConfig:
   """The source the run's config asks for (``data.*`` and ``env.*``)."""
   subtasks = tuple(s.strip() for s in config.data.import_subtasks.split(",") if s.strip())
   return SourceConfig(source=config.data.source, env=config.env.name, env_seed=config.env.seed,
-                      error_rate=config.data.error_rate, import_dir=config.data.import_dir,
+                      error_rate=config.env.reference_error_rate, import_dir=config.data.import_dir,
                       import_subtasks=subtasks, skip_bad_rows=config.data.skip_bad_rows)
 
 

@@ -86,8 +86,12 @@ class Environment(Protocol):
     """``{"path": {dim: 0-10}, "answer": {dim: 0-10}}`` for the task ``metadata["task_id"]``."""
     ...
 
-  def valid(self, answer: str) -> tuple[bool, str]:
-    """Whether a final answer's content is a valid generation, and why not ("" when valid)."""
+  def valid(self, answer: str, task: Task | str | None = None) -> tuple[bool, str]:
+    """Whether a final answer's content is a valid generation, and why not ("" when valid).
+
+    With the task (or its id) the subtask's own rules apply too (a plan names places and times;
+    technical writing has sections); without it only the rules common to every subtask.
+    """
     ...
 
   def expert(self, task: Task, error_rate: float,
@@ -135,3 +139,16 @@ def make_environment(name: str, seed: int = 0, **kwargs: Any) -> Environment:
   if name not in _REGISTRY:
     raise ValueError(f"env.name: unknown environment {name!r}; known: {sorted(_REGISTRY)}")
   return _REGISTRY[name](seed=seed, **kwargs)
+
+
+# env.* keys every environment takes; env.<name> holds the keys only that environment takes.
+COMMON_KEYS = ("tool_max_chars", "reference_error_rate")
+
+
+def make_environment_from_config(env_config: Mapping[str, Any]) -> Environment:
+  """The environment of a run's ``env`` config section (``name``, ``seed``, common keys and the
+  ``env.<name>`` section)."""
+  name = env_config["name"]
+  kwargs = {k: env_config[k] for k in COMMON_KEYS if k in env_config}
+  kwargs.update(dict(env_config.get(name, None) or {}))
+  return make_environment(name, int(env_config["seed"]), **kwargs)

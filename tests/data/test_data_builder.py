@@ -59,7 +59,7 @@ def test_same_seed_gives_byte_identical_records_and_other_seeds_differ(tmp_path)
   a = builder.build(builder.SourceConfig(env="fake", env_seed=1), str(tmp_path / "a"))
   b = builder.build(builder.SourceConfig(env="fake", env_seed=1), str(tmp_path / "b"))
   c = builder.build(builder.SourceConfig(env="fake", env_seed=2), str(tmp_path / "c"))
-  assert os.path.basename(os.path.dirname(a)) == "fake-seed1-err0.1"
+  assert os.path.basename(os.path.dirname(a)) == "fake-seed1-err0.3"
   assert _record_files(a) == _record_files(b)
   files_a, files_c = _record_files(a), _record_files(c)
   assert files_a.keys() == files_c.keys()
@@ -118,6 +118,6 @@ def test_missing_dataset_and_split_are_clear_errors(tmp_path):
   path = builder.build(builder.SourceConfig(env="fake"), str(tmp_path))
   with pytest.raises(ValueError, match=r"no split 'test_gamma'.*test_alpha"):
     builder.data_source(path, "test_gamma")
-  with pytest.raises(ValueError, match="data.error_rate"):
+  with pytest.raises(ValueError, match="env.reference_error_rate"):
     builder.SourceConfig(env="fake", error_rate=1.5)
   assert records.test_split("M-Day") == "test_M-Day" and records.test_split("1 day") == "test_1_day"

@@ -27,3 +27,17 @@ def test_register_twice_is_an_error_and_same_factory_is_fine():
       base.register("test_only_env")(lambda seed=0: seed)
   finally:
     base._REGISTRY.pop("test_only_env", None)
+
+
+def test_make_environment_from_config_passes_common_and_own_keys():
+  from arenarl_jax import config_tree
+  cfg = config_tree.make_base_config().env
+  cfg.seed, cfg.tool_max_chars, cfg.reference_error_rate = 4, 321, 0.6
+  cfg.travel.train_per_subtask, cfg.travel.test_per_subtask = 3, 2
+  env = base.make_environment_from_config(cfg)
+  assert (env.name, env.seed, env.reference_error_rate) == ("travel", 4, 0.6)
+  assert env.tool_source().max_chars == 321
+  assert len(env.tasks("train")) == 3 * len(env.subtasks)
+  cfg.name = "research"
+  research = base.make_environment_from_config(cfg)
+  assert (research.name, research.reference_error_rate) == ("research", 0.6)

@@ -90,10 +90,12 @@ def test_valid(env):
   assert env.valid("") == (False, "empty answer")
   assert env.valid("   \n") == (False, "empty answer")
   assert env.valid("It depends.") == (True, "")
-  assert env.valid("Go early.", "one_day") == (False, "the plan names no concrete place")
-  assert env.valid("Visit Jade Lotus Museum.", "one_day") == (False,
-                                                             "the plan gives no time (HH:MM)")
-  assert env.valid("Visit Jade Lotus Museum at 10:00.", "multi_day") == (True, "")
+  one_day, multi_day = env.tasks("test_one_day")[0], env.tasks("test_multi_day")[0]
+  assert env.valid("Go early.", one_day) == (False, "the plan names no concrete place")
+  assert env.valid("Visit Jade Lotus Museum.", one_day.id) == (False,
+                                                              "the plan gives no time (HH:MM)")
+  assert env.valid("Visit Jade Lotus Museum at 10:00.", multi_day) == (True, "")
+  assert env.valid("Go early.", env.tasks("test_search")[0]) == (True, "")
 
 
 def test_expert_writes_reference_messages_through_the_tools(env):
@@ -108,5 +110,5 @@ def test_expert_writes_reference_messages_through_the_tools(env):
     for step in steps:
       for call, result in zip(step.tool_calls, step.tool_results):
         assert src.call_sync(call.name, call.arguments).text == result
-    assert env.valid(msgs[-1]["content"], sub) == (True, "")
+    assert env.valid(msgs[-1]["content"], task) == (True, "")
     assert messages.messages_from_steps(task.query, steps)[-1]["content"] == msgs[-1]["content"]

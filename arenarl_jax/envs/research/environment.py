@@ -12,7 +12,7 @@ from typing import Any, Mapping
 import numpy as np
 
 from arenarl_jax import types
-from arenarl_jax.envs import base
+from arenarl_jax.envs import base, inprocess
 from arenarl_jax.envs.research import checker as checker_lib
 from arenarl_jax.envs.research import corpus as corpus_lib
 from arenarl_jax.envs.research import expert as expert_lib
@@ -30,7 +30,13 @@ class ResearchEnvironment:
   subtasks = tasks_lib.KINDS
 
   def __init__(self, seed: int = 0, cache_dir: str | None = None,
-               corpus: corpus_lib.Corpus | None = None):
+               corpus: corpus_lib.Corpus | None = None,
+               tool_max_chars: int = inprocess.DEFAULT_MAX_CHARS,
+               reference_error_rate: float = 0.3):
+    if not 0.0 <= reference_error_rate <= 1.0:
+      raise ValueError(f"env.reference_error_rate must be in [0, 1], got {reference_error_rate}")
+    self.reference_error_rate = float(reference_error_rate)
+    self.tool_max_chars = int(tool_max_chars)
     self.seed = int(seed)
     self._cache_dir = cache_dir or None
     self._corpus = corpus
@@ -72,7 +78,7 @@ class ResearchEnvironment:
     return task
 
   def tool_source(self) -> base.ToolSource:
-    return self.index.tool_source()
+    return self.index.tool_source(self.tool_max_chars)
 
   def checker(self, trajectory: types.Trajectory) -> dict[str, dict[str, float]]:
     task_id = (trajectory.metadata or {}).get("task_id")

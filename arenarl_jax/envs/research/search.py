@@ -117,8 +117,9 @@ class SearchIndex:
             fn=self.open_page),
     ]
 
-  def tool_source(self) -> inprocess.InProcessToolSource:
-    return inprocess.InProcessToolSource(self.tools())
+  def tool_source(self, max_chars: int = inprocess.DEFAULT_MAX_CHARS
+                  ) -> inprocess.InProcessToolSource:
+    return inprocess.InProcessToolSource(self.tools(), max_chars=max_chars)
 
 
 def page_view(page: corpus_lib.Page) -> str:

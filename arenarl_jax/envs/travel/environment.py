@@ -75,8 +75,11 @@ class TravelEnvironment:
   def checker(self, trajectory: types.Trajectory) -> dict[str, dict[str, float]]:
     return self._checker(trajectory)
 
-  def valid(self, answer: str, subtask: str | None = None) -> tuple[bool, str]:
-    """Content validity: non-empty; with a plan subtask, names a place and a time."""
+  def valid(self, answer: str, task: base.Task | str | None = None) -> tuple[bool, str]:
+    """Content validity: non-empty; for a plan subtask's task (or id), names a place and a time."""
+    if isinstance(task, str):
+      task = self.task(task)
+    subtask = task.subtask if task is not None else None
     if not isinstance(answer, str) or not answer.strip():
       return False, "empty answer"
     if subtask in PLAN_SUBTASKS or subtask is None:
