@@ -10,6 +10,7 @@ from typing import Any
 
 import ml_collections
 
+from arenarl_jax.envs import mcp_client
 from arenarl_jax.judges import flax_judge, http, render, rubric_judge
 
 # Method presets: orthogonal keys set together (ARCHITECTURE.md "Contracts between stages").
@@ -46,6 +47,8 @@ def make_base_config() -> ml_collections.ConfigDict:
   c.env = dict(
       name="travel",  # travel | research (arenarl_jax/envs/base.py registry)
       seed=0,  # world, tasks and expert trajectories are deterministic from it
+      tools="inprocess",  # inprocess | mcp (arenarl_jax/envs/tool_sources.py)
+      mcp=_defaults(mcp_client.McpClientConfig),  # env.tools=mcp: server command, limits, name_map
   )
   c.sampling = dict(
       group_size=4,  # G trajectories per prompt; row 0 of each group is the greedy anchor
