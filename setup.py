@@ -25,7 +25,7 @@ setuptools.setup(
         "absl-py>=2.0",
         "numpy>=1.26",
         "httpx>=0.27,<1",  # async OpenAI-compatible judge client
-        "mcp>=1.9,<2",  # Model Context Protocol SDK: tool server and client (envs/mcp_*.py)
+        "mcp>=1.30,<2",  # Model Context Protocol SDK: tool server and client (envs/mcp_*.py)
         "matplotlib>=3.8",  # experiment plots
     ],
     extras_require={

@@ -10,7 +10,8 @@ each call it adds:
 - **retries with exponential backoff** (``backoff_s``, doubled each time) for reaching a live server
   (spawn + ``initialize``). A call already sent when its server dies is not re-sent: that call may
   be what killed the server, and the rollout gets a ``TRANSPORT`` error at once instead of waiting
-  for a respawn. The next call starts a fresh server process;
+  for a respawn. The next call starts a fresh server process (a dead server is noticed by the
+  end of its stdout, also between calls);
 - a **cache** of successful results per (tool, canonical JSON arguments), least recently used out
   first (``cache_size``; 0 turns it off). Tools are read-only, so a repeat call is not sent;
 - a **name map** from the names the policy uses (the paper's) to the server's names, so another
@@ -52,6 +53,7 @@ from arenarl_jax.envs import base, inprocess
 from arenarl_jax.envs.mcp_server import ERROR_KIND_META
 
 log = logging.getLogger(__name__)
+_EXIT_POLL_S = 0.1  # how often an idle connection checks that its server is still there
 
 # A text the in-process source already cut ends with its note; cutting it again would change it.
 _TRUNCATED_RE = re.compile(r"\n\.\.\.\[truncated: \d+ more characters\]\Z")
@@ -158,7 +160,11 @@ class _Connection:
               break
           self.session, self.listed = session, listed
           ready.set_result(None)
-          await self._stop.wait()
+          while not self._stop.is_set():
+            if read.statistics().open_send_streams == 0:  # the server's stdout ended: it exited
+              break
+            with contextlib.suppress(asyncio.TimeoutError):
+              await asyncio.wait_for(self._stop.wait(), _EXIT_POLL_S)
     except Exception as e:  # the transport's task group may raise an ExceptionGroup
       if not ready.done():
         ready.set_exception(TransportError(f"{type(e).__name__}: {e}"[:300]))
@@ -210,6 +216,16 @@ class McpToolSource:
     self._semaphore: asyncio.Semaphore | None = None
     self._conn: _Connection | None = None
     self._connecting: asyncio.Future | None = None
+
+  @property
+  def command(self) -> list[str]:
+    """The server's command line (argv)."""
+    return [self._params.command, *self._params.args]
+
+  @property
+  def name_map(self) -> dict[str, str]:
+    """``{policy tool name: server tool name}``."""
+    return dict(self._to_server)
 
   # -- listing ---------------------------------------------------------------------------------
   def tools(self) -> list[dict[str, Any]]:

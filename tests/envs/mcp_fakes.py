@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 from typing import Any, Mapping
 
 from arenarl_jax.envs import base, inprocess
@@ -164,7 +165,7 @@ class FakeEnvironment:
 
 
 class SlowSource:
-  """``wait`` sleeps ``delay_s`` and echoes its arguments; ``stats`` reports served/peak counts."""
+  """``wait`` sleeps ``delay_s`` and echoes its arguments; ``stats`` reports counts and the pid."""
 
   def __init__(self, delay_s: float = 0.05):
     self.delay_s = delay_s
@@ -180,7 +181,11 @@ class SlowSource:
   async def call(self, name: str, arguments: Mapping[str, Any] | str | None = None, *,
                  timeout: float | None = None) -> base.ToolResult:
     if name == "stats":
-      return base.ToolResult(text=json.dumps({"served": self.served, "peak": self.peak}))
+      return base.ToolResult(text=json.dumps({"served": self.served, "peak": self.peak,
+                                              "in_flight": self.in_flight, "pid": os.getpid()}))
+    if name != "wait":
+      return base.ToolResult(text=f"Error: unknown tool {name!r}", ok=False,
+                             error_kind=base.UNKNOWN_TOOL)
     self.in_flight += 1
     self.peak = max(self.peak, self.in_flight)
     try:
