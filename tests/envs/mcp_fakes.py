@@ -123,6 +123,16 @@ CALLS: tuple[tuple[str, Any], ...] = (
     ("book_hotel", {"city": "Alpha"}),
 )
 
+# Valid calls of all six tools: what the fake expert makes (the benchmark's mix).
+VALID_CALLS: tuple[tuple[str, dict[str, Any]], ...] = (
+    ("search_poi", {"city": "Alpha", "keyword": "cafe"}),
+    ("around_search", {"city": "Alpha", "center": "Grand Hotel", "category": "restaurant"}),
+    ("get_navigation", {"mode": "transit", "waypoints": ["Alpha Station", "Old Museum"]}),
+    ("universal_search", {"query": "weather in Beta"}),
+    ("search_flights", {"origin": "Alpha", "destination": "Beta", "date": "2026-05-01"}),
+    ("search_train_tickets", {"origin": "Beta", "destination": "Alpha", "date": "2026-05-02"}),
+)
+
 
 def fake_source() -> inprocess.InProcessToolSource:
   return inprocess.InProcessToolSource(TOOLS, max_chars=500)
@@ -153,9 +163,9 @@ class FakeEnvironment:
     return (bool(answer.strip()), "" if answer.strip() else "empty answer")
 
   def expert(self, task: base.Task, error_rate: float, rng) -> list[dict[str, Any]]:
-    """A conversation that calls every tool once (with this task's number in the keyword)."""
+    """A conversation that calls every tool once, validly."""
     del error_rate, rng
-    calls = [(n, a) for n, a in CALLS if isinstance(a, dict)][:13:2]
+    calls = VALID_CALLS
     return [{"role": "user", "content": task.query},
             {"role": "assistant", "content": "", "tool_calls": [
                 {"id": f"call_0_{k}", "type": "function",
