@@ -312,6 +312,14 @@ class McpToolSource:
   async def call(self, name: str, arguments: Mapping[str, Any] | str | None = None, *,
                  timeout: float | None = None) -> base.ToolResult:
     start = time.perf_counter()
+    try:
+      return await self._call(name, arguments, timeout, start)
+    except Exception as e:  # the contract: a failing call is an error result, never an exception
+      log.exception("MCP call %s failed", name)
+      return inprocess.error_result(base.TOOL_ERROR, f"{name} failed ({type(e).__name__})", start)
+
+  async def _call(self, name: str, arguments: Mapping[str, Any] | str | None,
+                  timeout: float | None, start: float) -> base.ToolResult:
     args, why = inprocess.parse_arguments(arguments)
     if args is None:
       return inprocess.error_result(base.BAD_ARGUMENTS, f"{name}: {why}", start)

@@ -90,9 +90,11 @@ def test_tools_and_calls_equal_inprocess(env_name):
       await src.aclose()
     return out
 
-  half = len(calls) // 2
-  # Two loops, as when each rollout step runs its own asyncio.run: the second starts a new server.
-  got = asyncio.run(run(calls[:half], close=False)) + asyncio.run(run(calls[half:], close=True))
+  # On fake, two loops, as when each rollout step runs its own asyncio.run: the second loop starts a
+  # new server (a client property; the other environments use one loop to save a server start).
+  half = len(calls) // 2 if env_name == "fake" else 0
+  got = (asyncio.run(run(calls[:half], close=False)) if half else []) + asyncio.run(
+      run(calls[half:], close=True))
   want = asyncio.run(run_inprocess(ref, calls))
   for (name, args), g, w in zip(calls, got, want):
     assert outcome(g) == outcome(w), (name, args)
@@ -100,7 +102,7 @@ def test_tools_and_calls_equal_inprocess(env_name):
   assert {None, base.BAD_ARGUMENTS, base.UNKNOWN_TOOL} <= kinds
   if env_name == "fake":
     assert base.NOT_FOUND in kinds and any(inprocess.TRUNCATION_NOTE[:16] in r.text for r in got)
-  assert src.stats.connects == 3 and src.stats.transport_errors == 0
+  assert src.stats.connects == (3 if half else 2) and src.stats.transport_errors == 0
   assert wait_no_servers() == []
 
 
@@ -175,9 +177,10 @@ def test_in_flight_calls_fail_when_server_dies_then_fresh_server():
 
 def test_cache_concurrency_limit_name_map_and_timeout_on_a_slow_server():
   src = client(SLOW_ARGV, concurrency=3, name_map=json.dumps({"pause": "wait"}))
-  assert sorted(t["name"] for t in src.tools()) == ["pause", "stats"]
 
   async def main():
+    await src.start()
+    assert sorted(t["name"] for t in src.tools()) == ["pause", "stats"]
     server = lambda k: src.call("stats", {"poll": k})  # distinct arguments: never cached
     limited = await asyncio.gather(*(src.call("pause", {"tag": k, "delay_s": 0.2})
                                      for k in range(9)))
@@ -187,7 +190,8 @@ def test_cache_concurrency_limit_name_map_and_timeout_on_a_slow_server():
     again = await src.call("pause", '{"delay_s": 0, "tag": "a"}')  # same object, other spelling
     served = json.loads((await server(1)).text)["served"]
     errors = [await src.call("nope", {}), await src.call("nope", {})]
-    late = await src.call("pause", {"tag": "late", "delay_s": 5}, timeout=0.1)
+    late = await src.call("pause", {"tag": "late", "delay_s": 0.4}, timeout=0.1)
+    await asyncio.sleep(0.6)  # its reply arrives for a request nobody waits for any more
     alive = await src.call("pause", {"tag": "after", "delay_s": 0})
     await src.aclose()
     return limited, peak, sent, hits, first, again, served, errors, late, alive
@@ -199,18 +203,9 @@ def test_cache_concurrency_limit_name_map_and_timeout_on_a_slow_server():
   assert [r.error_kind for r in errors] == [base.UNKNOWN_TOOL] * 2
   assert src.stats.sent == sent + 1 + 1 + 2 + 1 + 1  # first, stats, 2 errors (uncached), late, alive
   assert late.error_kind == base.TIMEOUT and src.stats.timeouts == 1
-  assert alive.ok and src.stats.connects == 2  # tools()'s listing server, then one session
-
-  # Without the limit the same batch overlaps in the server: the peak above came from the limit.
-  unlimited = client(SLOW_ARGV, concurrency=16)
-
-  async def control():
-    await asyncio.gather(*(unlimited.call("wait", {"tag": k, "delay_s": 0.5}) for k in range(9)))
-    peak = json.loads((await unlimited.call("stats", {})).text)["peak"]
-    await unlimited.aclose()
-    return peak
-
-  assert asyncio.run(control()) > 3
+  assert alive.ok and src.stats.connects == 1
+  # Without a limit the server runs calls side by side (eight at once in the test above), so the
+  # peak of at most 3 here comes from the client's limit.
 
 
 def test_unreachable_server_gives_transport_errors_after_retries():
@@ -220,8 +215,8 @@ def test_unreachable_server_gives_transport_errors_after_retries():
   assert "failed 3 time(s)" in results[0].text and missing.stats.connect_failures == 6
   with pytest.raises(mcp_client.TransportError):
     missing.tools()
-  # A server that exits at start (unknown environment) is a transport failure too.
-  broken = client(server_argv("no_such_env"), retries=0)
+  # A server that exits before answering initialize is a transport failure too.
+  broken = client([sys.executable, "-c", "import sys; sys.exit(3)"], retries=0)
   (result,) = asyncio.run(run_inprocess(broken, [("search_poi", {})]))
   assert result.error_kind == base.TRANSPORT and broken.stats.connect_failures == 1
 
