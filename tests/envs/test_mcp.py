@@ -119,9 +119,11 @@ def test_server_killed_mid_batch_then_reconnects(env_name):
   batch = [valid[k % len(valid)] for k in range(512)]
   src = client(server_argv(env_name), cache_size=0, concurrency=64)
 
+  before = set(server_pids())
+
   async def main():
     await src.start()
-    (pid,) = server_pids()
+    (pid,) = set(server_pids()) - before
     finished = 0
 
     async def one(name, args):
