@@ -166,6 +166,7 @@ class _Connection:
             with contextlib.suppress(asyncio.TimeoutError):
               await asyncio.wait_for(self._stop.wait(), _EXIT_POLL_S)
     except Exception as e:  # the transport's task group may raise an ExceptionGroup
+      log.debug("MCP connection ended: %r", e)
       if not ready.done():
         ready.set_exception(TransportError(f"{type(e).__name__}: {e}"[:300]))
     finally:
@@ -185,7 +186,7 @@ class _Connection:
   async def close(self) -> None:
     self._stop.set()
     if self._task is not None:
-      with contextlib.suppress(BaseException):
+      with contextlib.suppress(Exception):  # a timeout or the transport's own failure
         await asyncio.wait_for(asyncio.shield(self._task), 10.0)
       if not self._task.done():
         self._task.cancel()
@@ -243,9 +244,11 @@ class McpToolSource:
     missing = sorted(v for v in self._to_server.values() if v not in names)
     if missing:
       log.warning("env.mcp.name_map names tools the server does not have: %s", missing)
+    # An unmapped server tool named like a mapped policy name would be unreachable: left out.
     self._schemas = [{"name": self._to_policy.get(t.name, t.name),
                       "description": t.description or "",
-                      "parameters": dict(t.inputSchema)} for t in listed]
+                      "parameters": dict(t.inputSchema)} for t in listed
+                     if t.name in self._to_policy or t.name not in self._to_server]
 
   # -- connection ------------------------------------------------------------------------------
   def _bind_loop(self) -> str:

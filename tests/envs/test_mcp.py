@@ -292,3 +292,12 @@ def test_server_pieces_without_a_subprocess():
   with pytest.raises(ValueError, match="no attribute"):
     mcp_server.load_source("mcp_fakes:nothing_here")
   assert isinstance(mcp_server.load_source("mcp_fakes:slow_source"), mcp_fakes.SlowSource)
+
+
+def test_name_map_renames_and_hides_shadowed_server_tools():
+  src = mcp_client.McpToolSource(["unused"], mcp_client.McpClientConfig(
+      name_map={"stats": "wait"}))
+  wait, _ = mcp_fakes.SlowSource().tools()
+  src._set_schemas([mcp_server.mcp_tool(s) for s in mcp_fakes.SlowSource().tools()])
+  # The server's "wait" is offered as "stats"; its own "stats" would be unreachable, so it is hidden.
+  assert src.tools() == [{**wait, "name": "stats"}]
