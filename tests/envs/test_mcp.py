@@ -18,11 +18,14 @@ import time
 import psutil
 import pytest
 
-import mcp_fakes
 from arenarl_jax import config_tree
 from arenarl_jax.envs import base, inprocess, mcp_client, mcp_server, tool_sources
 
 HERE = pathlib.Path(__file__).resolve().parent
+if str(HERE) not in sys.path:  # mcp_fakes, whatever pytest's import mode
+  sys.path.insert(0, str(HERE))
+import mcp_fakes  # noqa: E402  (registers the "fake" environment)
+
 ROOT = HERE.parent.parent
 SERVER_ENV = {"PYTHONPATH": os.pathsep.join([str(ROOT), str(HERE)])}
 ENVS = ["fake"] + [n for n in ("travel", "research") if n in base.registered()]
