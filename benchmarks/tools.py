@@ -100,7 +100,8 @@ def main() -> None:
   mix = call_mix(env, args.tasks)
   calls = [mix[k % len(mix)] for k in range(args.calls)]
   counts = collections.Counter(name for name, _ in mix)
-  print(f"env={env.name} mix of {len(mix)} expert calls: {json.dumps(dict(sorted(counts.items())))}")
+  print(f"env={env.name} mix of {len(mix)} expert calls: "
+        f"{json.dumps(dict(sorted(counts.items())))}")
 
   inproc, inproc_errors = asyncio.run(inprocess_rate(env.tool_source(), calls))
   print(f"in-process: {inproc:,.0f} calls/s ({inproc_errors} error results of {len(calls)})")

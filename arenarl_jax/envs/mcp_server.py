@@ -29,7 +29,8 @@ from mcp.server.stdio import stdio_server
 
 from arenarl_jax.envs import base
 
-ERROR_KIND_META = "arenarl-jax/error_kind"  # CallToolResult._meta key carrying ToolResult.error_kind
+# The CallToolResult._meta key that carries ToolResult.error_kind.
+ERROR_KIND_META = "arenarl-jax/error_kind"
 SERVER_NAME = "arenarl_jax"
 
 

@@ -19,10 +19,13 @@ from typing import Any, Mapping
 
 from arenarl_jax.envs import base, inprocess
 
-CITIES = {
-    "Alpha": {"pois": [("Old Museum", "attraction", 4.5, 12.0), ("Blue Cafe", "restaurant", 4.1, 8.5),
-                       ("Grand Hotel", "hotel", 4.7, 120.0), ("Alpha Station", "station", 3.9, 0.0)]},
-    "Beta": {"pois": [("Harbor Walk", "attraction", 4.2, 0.0), ("Fish House", "restaurant", 4.6, 22.0)]},
+CITIES = {  # name -> points of interest (name, category, rating, price)
+    "Alpha": {"pois": [("Old Museum", "attraction", 4.5, 12.0),
+                       ("Blue Cafe", "restaurant", 4.1, 8.5),
+                       ("Grand Hotel", "hotel", 4.7, 120.0),
+                       ("Alpha Station", "station", 3.9, 0.0)]},
+    "Beta": {"pois": [("Harbor Walk", "attraction", 4.2, 0.0),
+                      ("Fish House", "restaurant", 4.6, 22.0)]},
 }
 DATES = ("2026-05-01", "2026-05-02")
 MAX_WAYPOINTS = 4
@@ -86,17 +89,18 @@ TOOLS = (
     inprocess.Tool("search_poi", "Find places in a city by keyword.",
                    _obj({"city": _S, "keyword": _S}, ["city", "keyword"]), search_poi),
     inprocess.Tool("around_search", "Places of a category near a place.",
-                   _obj({"city": _S, "center": _S,
-                         "category": {"type": "string", "enum": ["restaurant", "hotel", "attraction"]}},
+                   _obj({"city": _S, "center": _S, "category": {
+                       "type": "string", "enum": ["restaurant", "hotel", "attraction"]}},
                         ["city", "center"]), around_search),
     inprocess.Tool("get_navigation", "A route through ordered waypoints by one mode.",
                    _obj({"mode": {"type": "string", "enum": list(MODES)},
                          "waypoints": {"type": "array", "items": _S, "minItems": 2,
                                        "maxItems": MAX_WAYPOINTS}}, ["mode", "waypoints"]),
                    get_navigation),
-    inprocess.Tool("universal_search", "Tips, weather and policies.", _obj({"query": _S}, ["query"]),
-                   universal_search),
-    inprocess.Tool("search_flights", "Flights between two cities on a date.", _TRIP, search_flights),
+    inprocess.Tool("universal_search", "Tips, weather and policies.",
+                   _obj({"query": _S}, ["query"]), universal_search),
+    inprocess.Tool("search_flights", "Flights between two cities on a date.", _TRIP,
+                   search_flights),
     inprocess.Tool("search_train_tickets", "Trains between two cities on a date.", _TRIP,
                    search_train_tickets),
 )
@@ -109,7 +113,8 @@ CALLS: tuple[tuple[str, Any], ...] = (
     ("search_poi", {"city": "Alpha"}),
     ("around_search", {"city": "Alpha", "center": "Grand Hotel", "category": "restaurant"}),
     ("around_search", {"city": "Alpha", "center": "Nowhere"}),
-    ("get_navigation", {"mode": "walking", "waypoints": ["Old Museum", "Blue Cafe", "Grand Hotel"]}),
+    ("get_navigation", {"mode": "walking",
+                        "waypoints": ["Old Museum", "Blue Cafe", "Grand Hotel"]}),
     ("get_navigation", {"mode": "walking", "waypoints": ["a", "b", "c", "d", "e"]}),
     ("get_navigation", {"mode": "teleport", "waypoints": ["a", "b"]}),
     ("universal_search", {"query": "weather in Beta"}),

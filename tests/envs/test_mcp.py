@@ -29,7 +29,8 @@ import mcp_fakes  # noqa: E402  (registers the "fake" environment)
 ROOT = HERE.parent.parent
 SERVER_ENV = {"PYTHONPATH": os.pathsep.join([str(ROOT), str(HERE)])}
 ENVS = ["fake"] + [n for n in ("travel", "research") if n in base.registered()]
-SLOW_ARGV = [sys.executable, "-m", "arenarl_jax.envs.mcp_server", "--source", "mcp_fakes:slow_source"]
+SLOW_ARGV = [sys.executable, "-m", "arenarl_jax.envs.mcp_server",
+             "--source", "mcp_fakes:slow_source"]
 
 
 def server_argv(env_name: str) -> list[str]:
@@ -206,7 +207,8 @@ def test_cache_concurrency_limit_name_map_and_timeout_on_a_slow_server():
   assert again == dataclasses.replace(first, latency_s=again.latency_s) and first.ok
   assert src.stats.cache_hits == hits + 1 and served == 10  # the repeat was not sent
   assert [r.error_kind for r in errors] == [base.UNKNOWN_TOOL] * 2
-  assert src.stats.sent == sent + 1 + 1 + 2 + 1 + 1  # first, stats, 2 errors (uncached), late, alive
+  # first, stats, the two (uncached) errors, late, alive
+  assert src.stats.sent == sent + 1 + 1 + 2 + 1 + 1
   assert late.error_kind == base.TIMEOUT and src.stats.timeouts == 1
   assert alive.ok and src.stats.connects == 1
   # Without a limit the server runs calls side by side (eight at once in the test above), so the
@@ -302,5 +304,5 @@ def test_name_map_renames_and_hides_shadowed_server_tools():
       name_map={"stats": "wait"}))
   wait, _ = mcp_fakes.SlowSource().tools()
   src._set_schemas([mcp_server.mcp_tool(s) for s in mcp_fakes.SlowSource().tools()])
-  # The server's "wait" is offered as "stats"; its own "stats" would be unreachable, so it is hidden.
+  # The server's "wait" is offered as "stats"; its own "stats" is unreachable, so it is hidden.
   assert src.tools() == [{**wait, "name": "stats"}]
