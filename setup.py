@@ -28,6 +28,7 @@ setuptools.setup(
         "absl-py>=2.0",
         "numpy>=1.26",
         "httpx>=0.27,<1",  # async OpenAI-compatible judge client
+        "mcp>=1.30,<2",  # Model Context Protocol SDK: tool server and client (envs/mcp_*.py)
         "matplotlib>=3.8",  # experiment plots
         "bm25s>=0.2.6,<0.4",  # BM25 search of the offline research environment
     ],

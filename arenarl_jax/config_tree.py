@@ -10,6 +10,7 @@ from typing import Any
 
 import ml_collections
 
+from arenarl_jax.envs import mcp_client
 from arenarl_jax.judges import flax_judge, http, render, rubric_judge
 
 # Method presets: orthogonal keys set together (ARCHITECTURE.md "Contracts between stages").
@@ -53,6 +54,8 @@ def make_base_config() -> ml_collections.ConfigDict:
           test_per_subtask=50,  # test tasks per subtask (the paper's test set: 5 x 50)
       ),
       research=dict(cache_dir=""),  # corpus cache; "" = $ARENARL_RESEARCH_CACHE or ~/.cache
+      tools="inprocess",  # inprocess | mcp (arenarl_jax/envs/tool_sources.py)
+      mcp=_defaults(mcp_client.McpClientConfig),  # env.tools=mcp: server command, limits, name_map
   )
   c.data = dict(  # arenarl_jax/data: TFDS array_record datasets read with grain
       source="env",  # env (tasks + expert from env.name/env.seed) | import (reference jsonl)

@@ -1,0 +1,44 @@
+"""The tool source a run uses, chosen by ``env.tools``: the world in this process, or over MCP.
+
+- ``env.tools=inprocess``: ``make_environment_from_config(env).tool_source()``.
+- ``env.tools=mcp``: an :class:`~arenarl_jax.envs.mcp_client.McpToolSource` configured by
+  ``env.mcp``. With ``env.mcp.command=""`` it starts this package's own server for the same world
+  (``python -m arenarl_jax.envs.mcp_server --env <env.name> --seed <env.seed>``); any other command
+  is a foreign server, with ``env.mcp.name_map`` mapping the paper's tool names onto its names.
+"""
+from __future__ import annotations
+
+import sys
+from typing import Any, Mapping
+
+from arenarl_jax.envs import base, mcp_client
+
+TOOL_SOURCES = ("inprocess", "mcp")
+
+
+def server_command(env_name: str, seed: int) -> list[str]:
+  """The command that serves ``env_name``'s tools over MCP with this interpreter."""
+  return [sys.executable, "-m", "arenarl_jax.envs.mcp_server", "--env", env_name,
+          "--seed", str(int(seed))]
+
+
+def _as_dict(section: Any) -> dict[str, Any]:
+  return dict(section.to_dict() if hasattr(section, "to_dict") else section)
+
+
+def make_tool_source(config: Any) -> base.ToolSource:
+  """The tool source of a config (a ConfigDict or mapping with an ``env`` section)."""
+  env = config["env"] if isinstance(config, Mapping) else config.env
+  kind = env["tools"]
+  if kind == "inprocess":
+    return base.make_environment_from_config(env).tool_source()
+  if kind == "mcp":
+    settings = _as_dict(env["mcp"])
+    fields = {f.name for f in mcp_client.McpClientConfig.__dataclass_fields__.values()}
+    unknown = sorted(set(settings) - fields)
+    if unknown:
+      raise ValueError(f"env.mcp: unknown key(s) {unknown}; known: {sorted(fields)}")
+    mcp_config = mcp_client.McpClientConfig(**settings)
+    command = mcp_config.command or server_command(env["name"], env["seed"])
+    return mcp_client.McpToolSource(command, mcp_config)
+  raise ValueError(f"env.tools: unknown tool source {kind!r}; known: {list(TOOL_SOURCES)}")
