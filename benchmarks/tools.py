@@ -36,8 +36,8 @@ def load_environment(name: str, seed: int) -> tuple[base.Environment, list[str]]
   print(f"environment {name!r} is not importable; falling back to the fake environment "
         f"(tests/envs/mcp_fakes.py: the same six tool names over a two-city world)")
   sys.path.insert(0, str(FAKES))
-  import mcp_fakes  # noqa: F401  (registers "fake")
-  return base.make_environment("fake", seed), ["--import", "mcp_fakes"]
+  import mcp_fakes  # noqa: F401  (registers "mcp_fake")
+  return base.make_environment("mcp_fake", seed), ["--import", "mcp_fakes"]
 
 
 def call_mix(env: base.Environment, tasks: int) -> list[tuple[str, str]]:

@@ -30,7 +30,8 @@ class FakeEnvironment:
   rubric = "travel"
   subtasks = SUBTASKS
 
-  def __init__(self, seed: int = 0):
+  def __init__(self, seed: int = 0, tool_max_chars: int = 5000,
+               reference_error_rate: float = 0.3):  # envs/base.py COMMON_KEYS
     self.seed = seed
     self._source = inprocess.InProcessToolSource([inprocess.Tool(
         name="lookup", description="Looks a key up.",

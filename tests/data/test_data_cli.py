@@ -18,7 +18,7 @@ def test_build_then_show_from_a_config(tmp_path):
   c.env.name, c.env.seed, c.data.dir = "fake", 2, str(tmp_path)
   out = io.StringIO()
   path = cli.build(c, out=out)
-  assert path == cli.dataset_path(c) and path.endswith("fake-seed2-err0.1/1.0.0")
+  assert path == cli.dataset_path(c) and path.endswith("fake-seed2-err0.3/1.0.0")
   assert out.getvalue().splitlines()[1:] == ["  sft: 6 records", "  test_alpha: 3 records",
                                              "  test_beta-2: 3 records", "  train: 12 records"]
   out = io.StringIO()

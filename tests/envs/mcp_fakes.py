@@ -1,10 +1,10 @@
-"""Test doubles for the MCP tests: a tiny "fake" environment and a slow, counting tool source.
+"""Test doubles for the MCP tests: a tiny "mcp_fake" environment and a slow, counting tool source.
 
-``fake`` has the six travel tool names over a hand-written world of two cities, so the MCP tests
+``mcp_fake`` has the six travel tool names over a hand-written world of two cities, so the MCP tests
 (and ``benchmarks/tools.py``, until the travel world is importable) exercise valid calls,
 bad-argument and not-found errors and truncation without the real world. Importing this module
-registers ``fake`` in the environment registry; the MCP server reaches it with
-``--import mcp_fakes --env fake`` when this folder is on ``PYTHONPATH``.
+registers ``mcp_fake`` in the environment registry; the MCP server reaches it with
+``--import mcp_fakes --env mcp_fake`` when this folder is on ``PYTHONPATH``.
 
 ``slow_source()`` answers ``wait`` after a short asyncio sleep and counts how many calls were in
 progress at once; ``stats`` reports the peak and the number of calls served, so a test can check a
@@ -143,19 +143,20 @@ def fake_source() -> inprocess.InProcessToolSource:
   return inprocess.InProcessToolSource(TOOLS, max_chars=500)
 
 
-@base.register("fake")
+@base.register("mcp_fake")
 class FakeEnvironment:
   """Enough of an Environment for tool-source tests and the tools benchmark."""
 
-  name = "fake"
+  name = "mcp_fake"
   rubric = "travel"
   subtasks = ("search",)
 
-  def __init__(self, seed: int = 0):
+  def __init__(self, seed: int = 0, tool_max_chars: int = 5000,
+               reference_error_rate: float = 0.3):  # envs/base.py COMMON_KEYS
     self.seed = seed
 
   def tasks(self, split: str) -> list[base.Task]:
-    return [base.Task(id=f"fake/search/{k:06d}", env="fake", subtask="search",
+    return [base.Task(id=f"mcp_fake/search/{k:06d}", env="mcp_fake", subtask="search",
                       query=f"Plan something in Alpha #{k}") for k in range(8)]
 
   def tool_source(self) -> inprocess.InProcessToolSource:

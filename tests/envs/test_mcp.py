@@ -24,11 +24,11 @@ from arenarl_jax.envs import base, inprocess, mcp_client, mcp_server, tool_sourc
 HERE = pathlib.Path(__file__).resolve().parent
 if str(HERE) not in sys.path:  # mcp_fakes, whatever pytest's import mode
   sys.path.insert(0, str(HERE))
-import mcp_fakes  # noqa: E402  (registers the "fake" environment)
+import mcp_fakes  # noqa: E402  (registers the "mcp_fake" environment)
 
 ROOT = HERE.parent.parent
 SERVER_ENV = {"PYTHONPATH": os.pathsep.join([str(ROOT), str(HERE)])}
-ENVS = ["fake"] + [n for n in ("travel", "research") if n in base.registered()]
+ENVS = ["mcp_fake"] + [n for n in ("travel", "research") if n in base.registered()]
 SLOW_ARGV = [sys.executable, "-m", "arenarl_jax.envs.mcp_server",
              "--source", "mcp_fakes:slow_source"]
 
@@ -64,7 +64,7 @@ def wait_no_servers(deadline_s: float = 10.0) -> list[int]:
 
 def reference_calls(env) -> list[tuple[str, object]]:
   """Valid calls (the expert's) and bad ones of every kind the source must answer identically."""
-  if env.name == "fake":
+  if env.name == "mcp_fake":
     return list(mcp_fakes.CALLS)
   calls = []
   for task in env.tasks("train")[:3]:
@@ -96,7 +96,7 @@ def test_tools_and_calls_equal_inprocess(env_name):
 
   # On fake, two loops, as when each rollout step runs its own asyncio.run: the second loop starts a
   # new server (a client property; the other environments use one loop to save a server start).
-  half = len(calls) // 2 if env_name == "fake" else 0
+  half = len(calls) // 2 if env_name == "mcp_fake" else 0
   got = (asyncio.run(run(calls[:half], close=False)) if half else []) + asyncio.run(
       run(calls[half:], close=True))
   want = asyncio.run(run_inprocess(ref, calls))
@@ -104,7 +104,7 @@ def test_tools_and_calls_equal_inprocess(env_name):
     assert outcome(g) == outcome(w), (name, args)
   kinds = {r.error_kind for r in want}
   assert {None, base.BAD_ARGUMENTS, base.UNKNOWN_TOOL} <= kinds
-  if env_name == "fake":
+  if env_name == "mcp_fake":
     assert base.NOT_FOUND in kinds and any(inprocess.TRUNCATION_NOTE[:16] in r.text for r in got)
   assert src.stats.connects == (3 if half else 2) and src.stats.transport_errors == 0
   assert wait_no_servers() == []
@@ -232,7 +232,7 @@ def test_make_tool_source_from_config(monkeypatch):
   config = config_tree.make_base_config()
   fields = set(mcp_client.McpClientConfig.__dataclass_fields__)
   assert set(config.env.mcp.keys()) == fields  # config and settings class cannot drift
-  config.env.name = "fake"
+  config.env.name = "mcp_fake"
   source = tool_sources.make_tool_source(config)
   assert isinstance(source, inprocess.InProcessToolSource)
   assert source.tools() == mcp_fakes.fake_source().tools()
@@ -240,8 +240,8 @@ def test_make_tool_source_from_config(monkeypatch):
   config.env.tools = "mcp"
   config.env.seed = 3
   default = tool_sources.make_tool_source(config)
-  assert default.command == tool_sources.server_command("fake", 3)
-  assert default.command[1:] == ["-m", "arenarl_jax.envs.mcp_server", "--env", "fake", "--seed",
+  assert default.command == tool_sources.server_command("mcp_fake", 3)
+  assert default.command[1:] == ["-m", "arenarl_jax.envs.mcp_server", "--env", "mcp_fake", "--seed",
                                  "3"]
   config.env.mcp.name_map = '{"search_poi": "maps_text_search"}'
   assert tool_sources.make_tool_source(config).name_map == {"search_poi": "maps_text_search"}
@@ -259,7 +259,7 @@ def test_make_tool_source_from_config(monkeypatch):
   monkeypatch.setenv("PYTHONPATH", SERVER_ENV["PYTHONPATH"])
   config.env.tools = "mcp"
   config.env.mcp.name_map = '{"find_places": "search_poi"}'
-  config.env.mcp.command = shlex.join(server_argv("fake"))
+  config.env.mcp.command = shlex.join(server_argv("mcp_fake"))
   source = tool_sources.make_tool_source(config)
 
   async def main():
