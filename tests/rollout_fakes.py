@@ -43,13 +43,14 @@ class FakeToolSource:
   returns ``n`` words. Arguments are checked against the schemas (bad_arguments errors).
   """
 
-  def __init__(self, latency: float = 0.0, slow_s: float = 0.05):
+  def __init__(self, latency: float = 0.0, slow_s: float = 0.05, names=None):
     self.latency, self.slow_s = latency, slow_s
+    self.names = tuple(names or SCHEMAS)
     self.in_flight = self.max_in_flight = self.calls = 0
 
   def tools(self) -> list[dict[str, Any]]:
     return [{"name": n, "description": f"the {n} tool", "parameters": p}
-            for n, p in SCHEMAS.items()]
+            for n, p in SCHEMAS.items() if n in self.names]
 
   async def call(self, name, arguments, *, timeout=None) -> base.ToolResult:
     self.calls += 1
