@@ -281,3 +281,9 @@ def render_ids(tokenizer, messages: Sequence[Mapping[str, Any]], *,
   return encode_segments(tokenizer, render_segments(
       messages, tools=tools, add_generation_prompt=add_generation_prompt,
       default_system=default_system))
+
+
+def render_sft(messages: Sequence[Mapping[str, Any]], tokenizer,
+               tools: Sequence[Mapping[str, Any]] | None = None) -> tuple[list[int], list[int]]:
+  """``render_ids`` in the argument order the SFT data pipeline calls (``data.render.resolve``)."""
+  return render_ids(tokenizer, messages, tools=tools)

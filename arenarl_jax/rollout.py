@@ -31,7 +31,7 @@ import asyncio
 import dataclasses
 import json
 import time
-from typing import Any, Callable, Mapping, Sequence
+from typing import Any, Callable, Sequence
 
 import jax
 import jax.numpy as jnp
@@ -208,19 +208,22 @@ class Rollout:
                  [0.0] * len(prompts[r // g])) for r in range(len(tasks) * g)]
     row_settings = self.sampling.rows(len(rows), g)
     stats: dict[str, Any] = {"tool_phase_s": [], "slowest_call_s": [], "decode_s": [],
+                             "extend_s": [],
                              "tool_calls": 0, "tool_errors": {}, "obs_buckets": set(),
                              "cache_sizes": set()}
     loop = self._loop = self._loop or asyncio.new_event_loop()
     t0 = time.perf_counter()
     state = self.sampler.prefill(prompts, group_size=g)
+    jax.block_until_ready(getattr(state, "lengths_N", None))
     live = list(range(len(rows)))
     stats["prefill_s"] = time.perf_counter() - t0
     for turn in range(s.max_turns + 1):
       t0 = time.perf_counter()
       out, state = self.sampler.decode(state, self.sampling, jax.random.fold_in(key, turn),
                                        row_settings)
-      sampled, logps, reasons = token_lists(out), jax.device_get(out.logp_NT), finish_reasons(out)
+      jax.block_until_ready(out)
       stats["decode_s"].append(time.perf_counter() - t0)
+      sampled, logps, reasons = token_lists(out), jax.device_get(out.logp_NT), finish_reasons(out)
       _note_size(stats, state)
       calls: list[tuple[int, types.ToolCall]] = []
       for r in live:
@@ -253,8 +256,11 @@ class Rollout:
                                              getattr(self.sampler, "buckets", (1 << 30,))))
       done = np.ones((len(rows),), bool)
       done[live] = False
+      t0 = time.perf_counter()
       state = self.sampler.extend(state.replace(done_N=jnp.asarray(done)),
                                   [new_ids[r] if not done[r] else [] for r in range(len(rows))])
+      jax.block_until_ready(getattr(state, "lengths_N", None))
+      stats["extend_s"].append(time.perf_counter() - t0)
       _note_size(stats, state)
     for row in rows:
       if not row.finish:  # pragma: no cover - every live row finishes in its last turn
@@ -350,10 +356,12 @@ def _note_size(stats: dict[str, Any], state) -> None:
 
 
 def _summary(stats: dict[str, Any], rows: Sequence[_Row], temperature: float) -> dict[str, Any]:
-  """Batch stats: finish counts, the valid-generation rate, token counts and phase times."""
+  """Batch stats: finish counts, the valid-generation rate (share of rows that answered), token
+  counts and phase times (device_s: prefill, decode and extend calls, compiles included; tool_s:
+  the tool phases; host_s: the rest of the wall time, the driver's own bookkeeping)."""
   finish = {f: sum(r.finish == f for r in rows) for f in FINISH_REASONS}
   sampled = sum(sum(r.mask) for r in rows)
-  device_s = stats["prefill_s"] + sum(stats["decode_s"])
+  device_s = stats["prefill_s"] + sum(stats["decode_s"]) + sum(stats["extend_s"])
   tool_s = sum(stats["tool_phase_s"])
   return {**stats, "obs_buckets": sorted(stats["obs_buckets"]),
           "cache_sizes": sorted(stats["cache_sizes"]), "finish": finish,

@@ -71,7 +71,7 @@ def test_round_trip_hand_worked_steps():
 @pytest.mark.parametrize("conv", CONVERSATIONS)
 def test_render_ids_and_mask_follow_the_chat_format(tok, conv):
   ids, mask = msgs.render_ids(tok, conv, tools=TOOLS)
-  assert len(ids) == len(mask)
+  assert len(ids) == len(mask) and msgs.render_sft(conv, tok, TOOLS) == (ids, mask)
   text = chat_format.render_messages(msgs.to_chat(conv), tools=TOOLS)
   assert tok.decode(ids) == text
   assert "<tools>" in text and '"search_poi"' in text  # rendered with its tools
