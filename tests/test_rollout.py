@@ -275,3 +275,14 @@ def test_parse_errors_are_answered_and_steps_keep_call_order(tok):
   assert results[0].startswith("lookup result") and results[1].startswith("Error: tool call 1:")
   assert [m.get("tool_call_id") for m in traj.messages if m["role"] == "tool"] == [
       "call_0_0", "call_0_1"]
+
+
+def test_settings_come_from_the_config_tree_and_are_checked():
+  from arenarl_jax import config_tree  # pylint: disable=import-outside-toplevel
+  c = config_tree.make_base_config()
+  s = RolloutSettings.from_config(c)
+  assert s.max_turns == c.sampling.max_turns and s.max_observation_tokens == 512
+  with pytest.raises(ValueError, match="rollout.max_observation_tokens"):
+    RolloutSettings(max_observation_tokens=4)
+  with pytest.raises(ValueError, match="rollout.max_turns"):
+    RolloutSettings(max_turns=-1)
