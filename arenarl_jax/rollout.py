@@ -247,8 +247,8 @@ class Rollout:
           stats["tool_errors"][res.error_kind] = stats["tool_errors"].get(res.error_kind, 0) + 1
       new_ids: list[list[int]] = [[] for _ in rows]
       for r in waiting:
-        self._guard(rows[r], lambda row=rows[r], r=r: new_ids.__setitem__(
-            r, self._observe(row, by_row.get(r, []), forced=turn + 1 == s.max_turns)))
+        new_ids[r] = self._guard(rows[r], lambda row=rows[r], r=r: self._observe(
+            row, by_row.get(r, []), forced=turn + 1 == s.max_turns), default=[])
       live = [r for r in waiting if not rows[r].finish]
       if not live:
         break
@@ -270,12 +270,13 @@ class Rollout:
     stats["wall_s"] = time.perf_counter() - t_start
     return RolloutBatch(trajectories, _summary(stats, rows, self.sampling.temperature))
 
-  def _guard(self, row: _Row, fn: Callable[[], Any]) -> None:
+  def _guard(self, row: _Row, fn: Callable[[], Any], default: Any = None) -> Any:
     """Runs one row's bookkeeping; a failure ends that row as ``error``, never the batch."""
     try:
-      fn()
+      return fn()
     except Exception as e:  # pylint: disable=broad-except
       row.finish, row.note = "error", f"{type(e).__name__}: {e}"
+      return default
 
   def _take_turn(self, row: _Row, ids: list[int], logp: np.ndarray, reason: str, *,
                  forced: bool, valid) -> None:

@@ -286,3 +286,20 @@ def test_settings_come_from_the_config_tree_and_are_checked():
     RolloutSettings(max_observation_tokens=4)
   with pytest.raises(ValueError, match="rollout.max_turns"):
     RolloutSettings(max_turns=-1)
+
+
+def test_a_row_whose_bookkeeping_fails_ends_as_error_and_the_batch_goes_on(tok):
+  def choose(row, turn, rng):
+    return call("lookup", q="x") if turn == 0 else "fine"
+
+  def valid(answer):
+    if answer == "fine":
+      raise RuntimeError("a broken validity rule")
+    return True, ""
+  sampler, rollout = make(tok, texts_script(tok, choose))
+  batch = rollout.run(tasks(1), FakeToolSource(), group_size=2, key=jax.random.key(0),
+                      valid=valid)
+  for traj in batch.trajectories[0]:
+    assert traj.finish_reason == "error"
+    assert traj.metadata["finish_note"] == "RuntimeError: a broken validity rule"
+  assert batch.stats["finish"]["error"] == 2 and batch.valid_rate == 0
