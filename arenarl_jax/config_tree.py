@@ -78,6 +78,13 @@ def make_base_config() -> ml_collections.ConfigDict:
       max_turns=2,  # tool turns before the forced final answer
       cache_len=1024,  # static KV-cache length (tokens per row)
   )
+  c.rollout = dict(  # arenarl_jax/rollout.py; the per-turn limit is sampling.max_new_tokens
+      max_total_tokens=0,  # a trajectory's whole sequence (prompt included); 0 = sampling.cache_len
+      max_observation_tokens=512,  # each tool result is cut to this many tokens
+      tool_timeout_s=30.0,  # per tool call; a call still running then is a timeout observation
+      max_concurrent_calls=64,  # tool calls in flight on one tool source
+      system="",  # system prompt; "" = the chat format's default
+  )
   c.tournament = dict(
       topology="single_elimination",  # anchor|round_robin|swiss|double_elimination|single_elimination
       failure_threshold=0.25,  # share of failed matches in one step that stops the run

@@ -1,10 +1,10 @@
 """The end-to-end demo the main job runs until the training stages land.
 
-Every stage that exists, on the embedded SmolLM2: render tool-using chat prompts -> sample a group of
-G answers per prompt (row 0 greedy) -> parse tool calls -> run toy tools and ``extend`` the KV cache
-with their results -> sample the final answers -> rank every group with a tournament judged by the
-programmatic rubric judge (``demo_checker``) -> advantages. It trains nothing; it shows the
-contracts working together and measures them.
+Every stage that exists, on the embedded SmolLM2: a multi-turn rollout (``arenarl_jax.rollout``:
+tool-using chat prompts, a group of G trajectories per prompt with row 0 greedy, toy tools run
+concurrently, observations appended, a forced final answer) -> rank every group with a tournament
+judged by the programmatic rubric judge (``demo_checker``) -> advantages. It trains nothing; it
+shows the contracts working together and measures them.
 """
 from __future__ import annotations
 
@@ -15,12 +15,15 @@ import time
 import jax
 import numpy as np
 
-from arenarl_jax import chat_format, tool_calls, tournament
+from arenarl_jax import tournament
+from arenarl_jax.envs.base import Task
+from arenarl_jax.envs.inprocess import InProcessToolSource, Tool
 from arenarl_jax.judges import make_judge
 from arenarl_jax.models.loading import load_model, load_tokenizer
-from arenarl_jax.sampler import Sampler, SamplingSettings, finish_reasons, token_lists
+from arenarl_jax.rollout import Rollout, RolloutSettings
+from arenarl_jax.sampler import Sampler, SamplingSettings
 from arenarl_jax.sampling.buckets import cache_size_ladder
-from arenarl_jax.types import Step, Trajectory
+from arenarl_jax.types import Trajectory
 
 QUERIES = (
     "What's the weather in Paris tomorrow? Use the tools.",
@@ -37,14 +40,17 @@ TOOLS = (
 )
 
 
-def run_toy_tool(call) -> str:
-  """Deterministic stand-in observations (real environments arrive with the envs issue)."""
-  args = call.arguments
-  if call.name == "get_weather":
-    return json.dumps({"city": args.get("city", "?"), "forecast": "sunny", "high_c": 21})
-  if call.name == "search_poi":
+def toy_tool_source() -> InProcessToolSource:
+  """Deterministic stand-in tools (the real worlds live in ``arenarl_jax.envs``)."""
+  def get_weather(city: str) -> str:
+    return json.dumps({"city": city, "forecast": "sunny", "high_c": 21})
+
+  def search_poi(keyword: str, city: str) -> str:
+    del keyword, city
     return json.dumps({"results": [{"name": "Musée du quai Branly", "distance_m": 450}]})
-  return json.dumps({"error": f"unknown tool {call.name!r}"})
+  fns = {"get_weather": get_weather, "search_poi": search_poi}
+  return InProcessToolSource([Tool(t["name"], t["description"], t["parameters"], fns[t["name"]])
+                              for t in TOOLS])
 
 
 def demo_checker(traj: Trajectory) -> dict[str, dict[str, float]]:
@@ -68,9 +74,8 @@ def run(config, workdir: str) -> dict:
   t_load = time.perf_counter() - t0
 
   queries = [QUERIES[b % len(QUERIES)] for b in range(config.rl.prompts_per_step)]
-  prompts = [tok.encode(chat_format.render_messages(
-      [{"role": "user", "content": q}], tools=TOOLS, add_generation_prompt=True))
-             for q in queries]
+  tasks = [Task(id=f"demo/toy/{b:06d}", env="demo", subtask="toy", query=q)
+           for b, q in enumerate(queries)]
   g = s.group_size
   # A one-shot demo pays every compile once: a coarse ladder (128, 256, ...) compiles fewer
   # programs than the default, which suits long training runs.
@@ -78,38 +83,14 @@ def run(config, workdir: str) -> dict:
                     cache_sizes=cache_size_ladder(s.cache_len, first=128, multiple=128))
   settings = SamplingSettings(temperature=s.temperature, top_p=s.top_p, top_k=s.top_k,
                               eos_ids=(tok.eos_id,), max_new_tokens=s.max_new_tokens)
-  key = jax.random.key(config.seed)
+  rollout = Rollout(sampler, tok, RolloutSettings.from_config(config), settings)
 
   t1 = time.perf_counter()
-  steps: list[list[Step]] = [[] for _ in range(len(queries) * g)]
-  texts = [""] * len(steps)
-  state = sampler.prefill(prompts, group_size=g)
-  generated = 0
-  for turn in range(s.max_turns + 1):
-    key, sub = jax.random.split(key)
-    out, state = sampler.decode(state, settings, sub)
-    rows = token_lists(out)
-    generated += sum(map(len, rows))
-    reasons = finish_reasons(out)
-    observations = [[] for _ in rows]
-    for r, ids in enumerate(rows):
-      if not ids:
-        continue
-      texts[r] += tok.decode(ids)
-      parsed = tool_calls.parse_turn(tok.decode(ids))
-      results = [run_toy_tool(c) for c in parsed.tool_calls]
-      steps[r].append(tool_calls.to_step(parsed, results))
-      if results and turn < s.max_turns and reasons[r] in ("eos", "stop"):
-        # The row ended its turn with <|im_end|> (eos): append the observation turn and continue.
-        observations[r] = tok.encode(chat_format.render_tool_turn(results, close_previous=False))
-    if not any(observations):
-      break
-    state = state.replace(done_N=jax.numpy.asarray([not o for o in observations]))
-    state = sampler.extend(state, observations)
+  batch = rollout.run(tasks, toy_tool_source(), group_size=g, key=jax.random.key(config.seed))
+  groups = batch.trajectories
+  generated = batch.stats["sampled_tokens"]
   t_sample = time.perf_counter() - t1
 
-  groups = [[Trajectory(query=q, steps=tuple(steps[b * g + i])) for i in range(g)]
-            for b, q in enumerate(queries)]
   # The rubric backend needs ground truth: here the toy checker; http/flax judges need none.
   extra = {"checker": demo_checker} if config.judge.backend == "rubric" else {}
   judge = make_judge(config.judge, **extra)
@@ -123,18 +104,21 @@ def run(config, workdir: str) -> dict:
     for b, res in enumerate(results):
       print(f"\nprompt {b}: {queries[b]!r}  ({config.tournament.topology}, "
             f"{res.requests} judge requests)")
-      for i in range(g):
-        r = b * g + i
-        calls = [c.name for st in steps[r] for c in st.tool_calls]
+      for i, traj in enumerate(groups[b]):
+        calls = [c.name for st in traj.steps for c in st.tool_calls]
+        text = tok.decode(traj.tokens[traj.metadata["prompt_len"]:])
         print(f"  row {i}{' (anchor)' if i == 0 else ''}: rank {res.ranks[i]} "
-              f"adv {res.advantages[i]:+.3f} calls {calls} text {texts[r][:70]!r}")
+              f"adv {res.advantages[i]:+.3f} {traj.finish_reason} calls {calls} "
+              f"text {text[:70]!r}")
         f.write(json.dumps({"prompt": b, "row": i, "rank": int(res.ranks[i]),
                             "advantage": float(res.advantages[i]), "tool_calls": calls,
-                            "text": texts[r]}) + "\n")
-  calls_valid = np.mean([any(st.tool_calls for st in row) for row in steps])
+                            "finish_reason": traj.finish_reason, "text": text,
+                            "messages": list(traj.messages)}, ensure_ascii=False) + "\n")
+  calls_valid = np.mean([any(st.tool_calls for st in t.steps) for grp in groups for t in grp])
   metrics = {"load_s": round(t_load, 2), "sample_s": round(t_sample, 2),
              "gen_tok_s": round(generated / t_sample, 1), "rank_s": round(t_rank, 4),
              "tool_call_rate": round(float(calls_valid), 3),
+             "valid_rate": round(batch.valid_rate, 3),
              "judge_requests": sum(r.requests for r in results)}
   print(f"\nwrote {path}")
   print("RESULT stage=demo " + " ".join(f"{k}={v}" for k, v in metrics.items()))

@@ -13,14 +13,15 @@ in call order. The conversion is lossless for what both hold: reasoning, content
 arguments (as parsed JSON objects), and tool results. Tool-call ids are not kept in steps;
 :func:`messages_from_steps` writes deterministic ones (``call_<turn>_<k>``).
 
-Every other module converts through this one; nothing else keeps its own converter.
+Every other module converts through this one; nothing else keeps its own converter. The last part
+renders a conversation to ids and a loss mask (SFT), with the segment rules the rollout shares.
 """
 from __future__ import annotations
 
 import json
 from typing import Any, Mapping, Sequence
 
-from arenarl_jax import types
+from arenarl_jax import chat_format, types
 
 ROLES = ("system", "user", "assistant", "tool")
 
@@ -139,3 +140,150 @@ def trajectory_from_messages(messages: Sequence[Mapping[str, Any]],
   """A ``Trajectory`` (query, steps, messages) from a conversation; ``fields`` set the rest."""
   return types.Trajectory(query=query_of(messages), steps=steps_from_messages(messages),
                           messages=tuple(dict(m) for m in messages), **fields)
+
+
+# ------------------------------------------------------------------------- messages -> ids + mask
+# A rendered conversation is a list of segments (text, kind, trained). ``kind`` is CONTROL for the
+# ChatML frame (role headers, ``<|im_end|>``: control tokens map to their ids) or PLAIN for every
+# message body (tool results, queries, assistant text: control-token text in them encodes as plain
+# text, so no tool or user can close a turn or open one). ``trained`` marks what the policy writes:
+# an assistant body and its ``<|im_end|>``. The rollout encodes its prompt and observations with the
+# same segments, so where the format is append-only its token sequence equals this render.
+CONTROL, PLAIN = "control", "plain"
+Segment = tuple[str, str, bool]
+
+
+def to_chat(messages: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
+  """Reference-format messages as ``chat_format`` dicts (``reasoning_content`` -> ``reasoning``,
+  tool calls parsed to ``ToolCall``), validated."""
+  out = []
+  for k, m in enumerate(messages):
+    check_message(k, m)
+    msg: dict[str, Any] = {"role": m["role"], "content": m.get("content") or ""}
+    if m["role"] == "assistant":
+      if m.get("reasoning_content"):
+        msg["reasoning"] = m["reasoning_content"]
+      calls = [parse_tool_call(k, j, c) for j, c in enumerate(m.get("tool_calls") or ())]
+      if calls:
+        msg["tool_calls"] = calls
+    out.append(msg)
+  return out
+
+
+def turn_segments(role: str, body: str, *, trained: bool = False) -> list[Segment]:
+  """One whole ChatML turn as segments: header, body, ``<|im_end|>``, newline."""
+  return [(f"{chat_format.IM_START}{role}\n", CONTROL, False), (body, PLAIN, trained),
+          (chat_format.IM_END, CONTROL, trained), ("\n", CONTROL, False)]
+
+
+def generation_segments() -> list[Segment]:
+  return [(chat_format.generation_prompt(), CONTROL, False)]
+
+
+def observation_segments(results: Sequence[str], *, close_previous: bool,
+                         notes: Sequence[str] = (), add_generation_prompt: bool = True
+                         ) -> list[Segment]:
+  """What the rollout appends after a sampled assistant turn: its ``<|im_end|>`` when it was not
+  sampled, the newline, the tool-response turn, optional ``user`` note turns, the next header."""
+  segs: list[Segment] = [(chat_format.IM_END, CONTROL, False)] if close_previous else []
+  segs.append(("\n", CONTROL, False))
+  segs += turn_segments(chat_format.TOOL_RESPONSE_ROLE, chat_format.render_tool_responses(results))
+  for note in notes:
+    segs += turn_segments("user", note)
+  return segs + (generation_segments() if add_generation_prompt else [])
+
+
+def render_segments(messages: Sequence[Mapping[str, Any]], *,
+                    tools: Sequence[Mapping[str, Any]] | None = None,
+                    add_generation_prompt: bool = False,
+                    default_system: str | None = chat_format.DEFAULT_SYSTEM) -> list[Segment]:
+  """The whole conversation (reference format) as segments whose texts join to exactly
+  ``chat_format.render_messages`` of it (checked: the format has one definition)."""
+  chat = to_chat(messages)
+  segs: list[Segment] = []
+  rest = chat
+  first_is_system = bool(chat) and chat[0]["role"] == "system"
+  if first_is_system or tools or default_system is not None:
+    system = chat[0]["content"] if first_is_system else (default_system or "")
+    if tools:
+      block = chat_format.render_tools_prompt(tools)
+      system = f"{system}\n\n{block}" if system else block
+    segs += turn_segments("system", system)
+    rest = chat[1:] if first_is_system else chat
+  k = 0
+  while k < len(rest):
+    m = rest[k]
+    if m["role"] == "tool":
+      run = []
+      while k < len(rest) and rest[k]["role"] == "tool":
+        run.append(rest[k]["content"])
+        k += 1
+      segs += turn_segments(chat_format.TOOL_RESPONSE_ROLE,
+                            chat_format.render_tool_responses(run))
+      continue
+    if m["role"] == "assistant":
+      body = chat_format.render_assistant(m.get("reasoning") or "", m["content"],
+                                          m.get("tool_calls") or ())
+      segs += turn_segments("assistant", body, trained=True)
+    else:
+      segs += turn_segments(m["role"], m["content"])
+    k += 1
+  if add_generation_prompt:
+    segs += generation_segments()
+  text = "".join(s[0] for s in segs)
+  want = chat_format.render_messages(chat, tools=tools, add_generation_prompt=add_generation_prompt,
+                                     default_system=default_system)
+  if text != want:  # pragma: no cover - a change in chat_format that this renderer must follow
+    raise AssertionError("messages.render_segments no longer matches chat_format.render_messages")
+  return segs
+
+
+def plain_encoder(tokenizer) -> Any:
+  """A copy of the tokenizer's backend that encodes control-token text as plain text (made once
+  per tokenizer and kept on it)."""
+  plain = getattr(tokenizer, "_plain_backend", None)
+  if plain is None:
+    import tokenizers  # pylint: disable=import-outside-toplevel
+    plain = tokenizers.Tokenizer.from_str(tokenizer.backend.to_str())
+    plain.encode_special_tokens = True
+    tokenizer._plain_backend = plain  # pylint: disable=protected-access
+  return plain
+
+
+def encode_plain(tokenizer, text: str) -> list[int]:
+  """Ids of ``text`` with every control-token string in it (``<|im_end|>``) as plain text."""
+  return plain_encoder(tokenizer).encode(text, add_special_tokens=False).ids if text else []
+
+
+def encode_segments(tokenizer, segments: Sequence[Segment]) -> tuple[list[int], list[int]]:
+  """(ids, loss mask) of segments: control segments with the tokenizer's own encode (each is
+  whole turn-frame text, so it splits at its control tokens), plain ones with ``encode_plain``."""
+  ids: list[int] = []
+  mask: list[int] = []
+  for text, kind, trained in segments:
+    if not text:
+      continue
+    seg = tokenizer.encode(text) if kind == CONTROL else encode_plain(tokenizer, text)
+    ids += seg
+    mask += [int(trained)] * len(seg)
+  return ids, mask
+
+
+def render_ids(tokenizer, messages: Sequence[Mapping[str, Any]], *,
+               tools: Sequence[Mapping[str, Any]] | None = None,
+               add_generation_prompt: bool = False,
+               default_system: str | None = chat_format.DEFAULT_SYSTEM
+               ) -> tuple[list[int], list[int]]:
+  """SFT ids and loss mask of a whole conversation rendered with its tools: 1 on every assistant
+  body and its ``<|im_end|>`` (what the policy writes), 0 on the system prompt, user and tool
+  turns and the role headers. Never render a message alone: the tools, the system prompt and
+  every turn's reasoning are part of what the model is trained on."""
+  return encode_segments(tokenizer, render_segments(
+      messages, tools=tools, add_generation_prompt=add_generation_prompt,
+      default_system=default_system))
+
+
+def render_sft(messages: Sequence[Mapping[str, Any]], tokenizer,
+               tools: Sequence[Mapping[str, Any]] | None = None) -> tuple[list[int], list[int]]:
+  """``render_ids`` in the argument order the SFT data pipeline calls (``data.render.resolve``)."""
+  return render_ids(tokenizer, messages, tools=tools)

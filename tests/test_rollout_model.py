@@ -1,0 +1,129 @@
+"""The rollout with the real sampler on a tiny random model steered into tool calls: end to end,
+compile counts, and the recorded log-probs against a teacher-forced pass."""
+import functools
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from flax import nnx
+from rollout_fakes import FakeToolSource, smollm2_tokenizer
+
+from arenarl_jax.envs.base import Task
+from arenarl_jax.models.config import PRESETS
+from arenarl_jax.models.logprobs import token_logprobs
+from arenarl_jax.models.transformer import make_model
+from arenarl_jax.rollout import CompileCounter, Rollout, RolloutSettings
+from arenarl_jax.sampler import Sampler, SamplingSettings
+
+NEWLINE = 198  # the last token of "<|im_start|>assistant\n"
+# "<tool_call>{"name": "lookup"}<|im_end|>" and "Done<|im_end|>" in SmolLM2's tokenizer (distinct
+# ids, so a next-token table can spell them).
+CALL = [44, 19324, 79, 4350, 46, 39428, 1245, 1799, 476, 29321, 23597, 2]
+DONE = [41462, 2]
+
+
+class Steered(nnx.Module):
+  """A tiny random transformer whose logits get +``boost`` on the successors of the previous token
+  in a table: after a turn's header it starts a tool call or an answer (each about half the
+  time), then spells it out and ends the turn; sampled rows sometimes wander off (the random
+  model's own logits). The previous token rides along as one extra hidden feature."""
+
+  def __init__(self, base, boost: float = 16.0):
+    self.base, self.cfg, self.boost = base, base.cfg, boost
+    table = np.full((base.cfg.vocab_size, 2), -1, np.int32)
+    table[NEWLINE] = [CALL[0], DONE[0]]
+    for seq in (CALL, DONE):
+      for a, b in zip(seq, seq[1:]):
+        table[a, 0] = b
+    self.table = nnx.Variable(jnp.asarray(table))
+
+  def hidden(self, tokens_NT, positions_NT=None, *, cache=None, mask_NT=None):
+    h, cache = self.base.hidden(tokens_NT, positions_NT, cache=cache, mask_NT=mask_NT)
+    return jnp.concatenate([h, tokens_NT[..., None].astype(h.dtype)], axis=-1), cache
+
+  def head(self, h):
+    logits = self.base.head(h[..., :-1])
+    nxt = self.table[...][h[..., -1].astype(jnp.int32)]
+    iota = jax.lax.broadcasted_iota(jnp.int32, logits.shape, logits.ndim - 1)
+    hit = (iota == nxt[..., :1]) | (iota == nxt[..., 1:])
+    return jnp.where(hit, logits + self.boost, logits)
+
+  def __call__(self, tokens_NT, positions_NT=None, *, cache=None, mask_NT=None):
+    h, cache = self.hidden(tokens_NT, positions_NT, cache=cache, mask_NT=mask_NT)
+    return self.head(h), cache
+
+
+def tasks(offset):
+  # Same token lengths in both rollouts (one digit changes), so the shapes repeat.
+  return [Task(id=f"fake/t/{b}", env="fake", subtask="t", query=f"Trip plan number {b + offset}?")
+          for b in range(2)]
+
+
+@pytest.fixture(scope="module")
+def rolled():
+  tok = smollm2_tokenizer()
+  model = Steered(make_model(PRESETS["tiny"], seed=3))
+  # One cache size in use (160 slots per row's own tokens) keeps the compiles, and the test, short.
+  sampler = Sampler(model, cache_len=384, cache_sizes=(160,))
+  sampling = SamplingSettings(temperature=0.9, max_new_tokens=24, eos_ids=(tok.eos_id,))
+  rollout = Rollout(sampler, tok, RolloutSettings(max_turns=2, tool_timeout_s=5.0), sampling)
+  source = FakeToolSource(names=("lookup",))
+  batches, counts = [], []
+  for k, offset in enumerate((0, 5)):
+    with CompileCounter() as counter:
+      batches.append(rollout.run(tasks(offset), source, group_size=4, key=jax.random.key(k)))
+    counts.append(counter.count)
+  return model, tok, batches, counts
+
+
+def test_end_to_end_tasks_by_four(rolled):
+  _, tok, batches, _ = rolled
+  batch = batches[0]
+  finishes = [t.finish_reason for g in batch.trajectories for t in g]
+  assert len(finishes) == 8 and "error" not in finishes
+  assert batch.stats["tool_calls"] > 0 and batch.stats["turns"] >= 2
+  answered = [s for g in batch.trajectories for t in g for s in t.steps if s.tool_results]
+  assert answered and all(s.tool_calls[0].name == "lookup"
+                          and s.tool_results == ("lookup result for {}",) for s in answered)
+  for g in batch.trajectories:
+    for i, t in enumerate(g):
+      assert t.metadata["greedy"] == (i == 0)
+      spans = t.metadata["turn_spans"]
+      mask = np.zeros(len(t.tokens), np.int32)
+      for a, b in spans:
+        mask[a:b] = 1
+      np.testing.assert_array_equal(t.loss_mask, mask)
+      assert t.tokens[:t.metadata["prompt_len"]].tolist() == t.tokens[:spans[0][0]].tolist()
+  # The anchors of both groups are greedy on the same prompt shape: same path.
+  assert batch.trajectories[0][0].metadata["turn_stop_reasons"] == (
+      batch.trajectories[1][0].metadata["turn_stop_reasons"])
+
+
+def test_compiles_are_bounded_and_a_second_rollout_compiles_nothing(rolled):
+  _, _, batches, counts = rolled
+  first, second = (b.stats for b in batches)
+  assert set(second["cache_sizes"]) <= set(first["cache_sizes"])
+  assert set(second["obs_buckets"]) <= set(first["obs_buckets"])
+  # prefill (one prompt bucket), begin/end of a turn, fold_in; per cache size a decode and a
+  # resize, and an extend per observation bucket.
+  sizes, obs = len(first["cache_sizes"]), len(first["obs_buckets"])
+  assert counts[0] <= 4 + sizes * (2 + obs), (counts, first["cache_sizes"], first["obs_buckets"])
+  assert counts[1] == 0
+
+
+def test_recorded_logprobs_equal_a_teacher_forced_pass(rolled):
+  model, _, batches, _ = rolled
+  trajs = [t for g in batches[0].trajectories for t in g]
+  n = max(len(t.tokens) for t in trajs)
+  tokens = np.zeros((len(trajs), n), np.int32)
+  for k, t in enumerate(trajs):
+    tokens[k, :len(t.tokens)] = t.tokens  # padding after a row does not change its log-probs
+  temperature = np.asarray([t.metadata["logprob_temperature"] for t in trajs], np.float32)
+  assert set(temperature.tolist()) == {1.0, np.float32(0.9).item()}  # greedy anchors at T = 1, sampled rows at theirs
+  forced = jax.jit(functools.partial(token_logprobs, model))
+  want = np.asarray(forced(jnp.asarray(tokens), temperature=jnp.asarray(temperature)[:, None, None]))
+  for k, t in enumerate(trajs):
+    m = t.loss_mask.astype(bool)
+    np.testing.assert_allclose(t.logprobs[m], want[k, :len(t.tokens)][m], atol=1e-4, rtol=0)
+    assert not t.logprobs[~m].any()
