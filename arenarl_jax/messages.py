@@ -19,11 +19,14 @@ renders a conversation to ids and a loss mask (SFT), with the segment rules the 
 from __future__ import annotations
 
 import json
-from typing import Any, Mapping, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
 from arenarl_jax import chat_format, types
 
 ROLES = ("system", "user", "assistant", "tool")
+# What the SFT pipeline calls to render a conversation: (messages, tokenizer, tools) -> (ids, mask).
+RenderFn = Callable[[Sequence[Mapping[str, Any]], Any, Sequence[Mapping[str, Any]] | None],
+                    tuple[list[int], list[int]]]
 
 
 class MessageError(ValueError):
@@ -285,5 +288,5 @@ def render_ids(tokenizer, messages: Sequence[Mapping[str, Any]], *,
 
 def render_sft(messages: Sequence[Mapping[str, Any]], tokenizer,
                tools: Sequence[Mapping[str, Any]] | None = None) -> tuple[list[int], list[int]]:
-  """``render_ids`` in the argument order the SFT data pipeline calls (``data.render.resolve``)."""
+  """``render_ids`` in the argument order of ``RenderFn`` (what the SFT data pipeline calls)."""
   return render_ids(tokenizer, messages, tools=tools)

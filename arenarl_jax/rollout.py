@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import functools
 import json
 import time
 from typing import Any, Callable, Sequence
@@ -191,7 +192,7 @@ class Rollout:
   # ------------------------------------------------------------------------------ the loop
   def run(self, tasks: Sequence[base.Task], source: base.ToolSource, *, group_size: int,
           key: jax.Array, policy_step: int = 0,
-          valid: Callable[[str], tuple[bool, str]] | None = None) -> RolloutBatch:
+          valid: Callable[[str, base.Task], tuple[bool, str]] | None = None) -> RolloutBatch:
     """Rolls out every task ``group_size`` times; never raises for model output or tool trouble."""
     if not tasks:
       raise ValueError("rollout: no tasks")
@@ -228,7 +229,8 @@ class Rollout:
       calls: list[tuple[int, types.ToolCall]] = []
       for r in live:
         self._guard(rows[r], lambda row=rows[r], r=r: self._take_turn(
-            row, sampled[r], logps[r], reasons[r], forced=turn == s.max_turns, valid=valid))
+            row, sampled[r], logps[r], reasons[r], forced=turn == s.max_turns,
+            valid=valid and functools.partial(valid, task=tasks[r // g])))
         if not rows[r].finish:
           calls += [(r, c) for c in rows[r].parsed.tool_calls]
       waiting = [r for r in live if not rows[r].finish]

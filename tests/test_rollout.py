@@ -231,7 +231,7 @@ def test_valid_invalid_length_and_budget_overflow(tok):
   sampler, rollout = make(tok, texts_script(tok, choose), max_total_tokens=700,
                           max_observation_tokens=2000, max_new=64)
   batch = rollout.run(tasks(1), FakeToolSource(), group_size=4, key=jax.random.key(0),
-                      valid=lambda a: (len(a) > 5, "too short"))
+                      valid=lambda a, task: (len(a) > 5, "too short"))
   trajs = batch.trajectories[0]
   assert [t.finish_reason for t in trajs] == ["answer", "invalid", "length", "length"]
   assert trajs[1].metadata["finish_note"] == "too short"
@@ -292,7 +292,7 @@ def test_a_row_whose_bookkeeping_fails_ends_as_error_and_the_batch_goes_on(tok):
   def choose(row, turn, rng):
     return call("lookup", q="x") if turn == 0 else "fine"
 
-  def valid(answer):
+  def valid(answer, task):
     if answer == "fine":
       raise RuntimeError("a broken validity rule")
     return True, ""

@@ -28,7 +28,8 @@ import grain
 import ml_collections
 import numpy as np
 
-from arenarl_jax.data import records, render as render_lib
+from arenarl_jax import messages as messages_lib
+from arenarl_jax.data import records
 
 
 def process_shard(process_index: int | None = None,
@@ -91,11 +92,11 @@ class SFTFeatures:
 
   def __init__(self, tokenizer: Any, *, seq_len: int,
                tools: Sequence[Mapping[str, Any]] | None = None,
-               render: render_lib.RenderFn | None = None):
+               render: messages_lib.RenderFn | None = None):
     if seq_len <= 0:
       raise ValueError(f"seq_len must be positive, got {seq_len}")
     self.tokenizer, self.seq_len, self.tools = tokenizer, seq_len, list(tools or ())
-    self.render = render_lib.resolve(render)
+    self.render = render or messages_lib.render_sft
 
   def __call__(self, example: records.Example) -> dict[str, np.ndarray]:
     if not example.messages:
@@ -118,7 +119,7 @@ def _stack(rows: Sequence[Mapping[str, np.ndarray]]) -> dict[str, np.ndarray]:
 
 def sft_batches(source: Any, *, tokenizer: Any, seq_len: int, batch_size: int, seed: int,
                 tools: Sequence[Mapping[str, Any]] | None = None,
-                render: render_lib.RenderFn | None = None, shuffle: bool = True,
+                render: messages_lib.RenderFn | None = None, shuffle: bool = True,
                 epochs: int = 0, process_index: int | None = None,
                 process_count: int | None = None, read_threads: int = 0,
                 prefetch: int = 0) -> grain.IterDataset:
@@ -143,7 +144,7 @@ def prompt_batches_from_config(config: ml_collections.ConfigDict, source: Any, *
 
 def sft_batches_from_config(config: ml_collections.ConfigDict, source: Any, *, tokenizer: Any,
                             tools: Sequence[Mapping[str, Any]] | None = None,
-                            render: render_lib.RenderFn | None = None,
+                            render: messages_lib.RenderFn | None = None,
                             process_index: int | None = None,
                             process_count: int | None = None) -> grain.IterDataset:
   """SFT batches: ``data.sft_batch_size`` is the global batch, split evenly over processes."""

@@ -11,7 +11,7 @@ import data_fakes
 from arenarl_jax import chat_format, config_tree
 from arenarl_jax import messages as messages_lib
 from arenarl_jax import tokenizer as tokenizer_lib
-from arenarl_jax.data import builder, pipeline, records, render
+from arenarl_jax.data import builder, pipeline, records
 from arenarl_jax.models.embedded import find_smollm2_gguf
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -106,7 +106,7 @@ def _conversation():
 
 def test_default_render_masks_assistant_bodies_only(smollm2_tokenizer):
   tok, tools = smollm2_tokenizer, data_fakes.FakeEnvironment().tool_source().tools()
-  ids, mask = render.render_sft_chatml(_conversation(), tok, tools)
+  ids, mask = messages_lib.render_sft(_conversation(), tok, tools)
   text = chat_format.render_messages(
       [{"role": "user", "content": "Find the red value."},
        {"role": "assistant", "reasoning": "Look it up.",
@@ -118,10 +118,9 @@ def test_default_render_masks_assistant_bodies_only(smollm2_tokenizer):
   assert trained == ("<think>\nLook it up.\n</think>\n<tool_call>\n"
                      "{\"name\": \"lookup\", \"arguments\": {\"key\": \"red\"}}\n</tool_call>"
                      "<|im_end|>It is value-of-red.<|im_end|>")
-  assert render.resolve() is getattr(messages_lib, "render_sft", render.render_sft_chatml)
 
 
-def test_messages_render_sft_is_preferred_once_it_exists(monkeypatch, smollm2_tokenizer):
+def test_sft_features_render_with_messages_render_sft_by_default(monkeypatch, smollm2_tokenizer):
   seen = []
 
   def render_sft(messages, tokenizer, tools):
@@ -129,7 +128,6 @@ def test_messages_render_sft_is_preferred_once_it_exists(monkeypatch, smollm2_to
     return [5, 6], [0, 1]
 
   monkeypatch.setattr(messages_lib, "render_sft", render_sft, raising=False)
-  assert render.resolve() is render_sft
   features = pipeline.SFTFeatures(smollm2_tokenizer, seq_len=3, tools=[{"name": "t"}])
   row = features(records.Example("a/b/0", "a", "b", "q", messages=tuple(_conversation())))
   assert row["tokens_T"].tolist() == [5, 6, smollm2_tokenizer.pad_id]
@@ -147,7 +145,7 @@ def test_sft_batches_are_rendered_tokenised_and_padded(dataset, smollm2_tokenize
   assert batch["loss_mask_NT"].shape == (3, 512) and batch["loss_mask_NT"].dtype == np.int32
   for row in range(3):
     ex = records.Example.from_record(src[row])
-    ids, mask = render.render_sft_chatml(list(ex.messages), tok, tools)
+    ids, mask = messages_lib.render_sft(list(ex.messages), tok, tools)
     n = len(ids)
     assert 0 < n < 512
     np.testing.assert_array_equal(batch["tokens_NT"][row, :n], ids)
