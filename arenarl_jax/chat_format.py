@@ -140,16 +140,32 @@ def render_tools_prompt(tools: Sequence[Mapping[str, Any]]) -> str:
   return TOOLS_INSTRUCTIONS.format(tools="\n".join(lines))
 
 
-def render_messages(messages: Sequence[Mapping[str, Any]], *,
-                    tools: Sequence[Mapping[str, Any]] | None = None,
-                    add_generation_prompt: bool = False,
-                    default_system: str | None = DEFAULT_SYSTEM) -> str:
-  """The whole conversation as ChatML text (see the module docstring for the format).
+# A rendered conversation is a list of segments (text, kind, trained). ``kind`` is CONTROL for the
+# ChatML frame (role headers, ``<|im_end|>``: control tokens map to their ids) or PLAIN for every
+# message body (tool results, queries, assistant text: control-token text in them encodes as plain
+# text, so no tool or user can close a turn or open one). ``trained`` marks what the policy writes:
+# an assistant body and its ``<|im_end|>``. Joined, the texts are ``render_messages``.
+CONTROL, PLAIN = "control", "plain"
+Segment = tuple[str, str, bool]
 
-  Without tools, reasoning and tool calls this equals SmolLM2's own chat template.
-  """
+
+def turn_segments(role: str, body: str, *, trained: bool = False) -> list[Segment]:
+  """One whole ChatML turn as segments: header, body, ``<|im_end|>``, newline."""
+  return [(f"{IM_START}{role}\n", CONTROL, False), (body, PLAIN, trained),
+          (IM_END, CONTROL, trained), ("\n", CONTROL, False)]
+
+
+def generation_segments() -> list[Segment]:
+  return [(generation_prompt(), CONTROL, False)]
+
+
+def message_segments(messages: Sequence[Mapping[str, Any]], *,
+                     tools: Sequence[Mapping[str, Any]] | None = None,
+                     add_generation_prompt: bool = False,
+                     default_system: str | None = DEFAULT_SYSTEM) -> list[Segment]:
+  """The whole conversation as segments (see above and the module docstring for the format)."""
   messages = [_checked(k, m) for k, m in enumerate(messages)]
-  out = []
+  segs: list[Segment] = []
   first_is_system = bool(messages) and messages[0]["role"] == "system"
   if first_is_system or tools or default_system is not None:
     if first_is_system:
@@ -159,7 +175,7 @@ def render_messages(messages: Sequence[Mapping[str, Any]], *,
     if tools:
       tools_block = render_tools_prompt(tools)
       system = f"{system}\n\n{tools_block}" if system else tools_block
-    out.append(render_turn("system", system))
+    segs += turn_segments("system", system)
     messages = messages[1:] if first_is_system else messages
   k = 0
   while k < len(messages):
@@ -169,18 +185,31 @@ def render_messages(messages: Sequence[Mapping[str, Any]], *,
       while k < len(messages) and messages[k]["role"] == "tool":
         run.append(messages[k].get("content") or "")
         k += 1
-      out.append(render_turn(TOOL_RESPONSE_ROLE, render_tool_responses(run)))
+      segs += turn_segments(TOOL_RESPONSE_ROLE, render_tool_responses(run))
       continue
     if m["role"] == "assistant":
       body = render_assistant(m.get("reasoning") or "", m.get("content") or "",
                               m.get("tool_calls") or ())
+      segs += turn_segments("assistant", body, trained=True)
     else:
-      body = m.get("content") or ""
-    out.append(render_turn(m["role"], body))
+      segs += turn_segments(m["role"], m.get("content") or "")
     k += 1
   if add_generation_prompt:
-    out.append(generation_prompt())
-  return "".join(out)
+    segs += generation_segments()
+  return segs
+
+
+def render_messages(messages: Sequence[Mapping[str, Any]], *,
+                    tools: Sequence[Mapping[str, Any]] | None = None,
+                    add_generation_prompt: bool = False,
+                    default_system: str | None = DEFAULT_SYSTEM) -> str:
+  """The whole conversation as ChatML text (see the module docstring for the format).
+
+  Without tools, reasoning and tool calls this equals SmolLM2's own chat template.
+  """
+  return "".join(text for text, _, _ in message_segments(
+      messages, tools=tools, add_generation_prompt=add_generation_prompt,
+      default_system=default_system))
 
 
 def _checked(k: int, message: Mapping[str, Any]) -> Mapping[str, Any]:

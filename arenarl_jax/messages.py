@@ -146,14 +146,8 @@ def trajectory_from_messages(messages: Sequence[Mapping[str, Any]],
 
 
 # ------------------------------------------------------------------------- messages -> ids + mask
-# A rendered conversation is a list of segments (text, kind, trained). ``kind`` is CONTROL for the
-# ChatML frame (role headers, ``<|im_end|>``: control tokens map to their ids) or PLAIN for every
-# message body (tool results, queries, assistant text: control-token text in them encodes as plain
-# text, so no tool or user can close a turn or open one). ``trained`` marks what the policy writes:
-# an assistant body and its ``<|im_end|>``. The rollout encodes its prompt and observations with the
-# same segments, so where the format is append-only its token sequence equals this render.
-CONTROL, PLAIN = "control", "plain"
-Segment = tuple[str, str, bool]
+# Segments (text, kind, trained) are chat_format's: one definition of the format.
+CONTROL, PLAIN, Segment = chat_format.CONTROL, chat_format.PLAIN, chat_format.Segment
 
 
 def to_chat(messages: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
@@ -173,16 +167,6 @@ def to_chat(messages: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
   return out
 
 
-def turn_segments(role: str, body: str, *, trained: bool = False) -> list[Segment]:
-  """One whole ChatML turn as segments: header, body, ``<|im_end|>``, newline."""
-  return [(f"{chat_format.IM_START}{role}\n", CONTROL, False), (body, PLAIN, trained),
-          (chat_format.IM_END, CONTROL, trained), ("\n", CONTROL, False)]
-
-
-def generation_segments() -> list[Segment]:
-  return [(chat_format.generation_prompt(), CONTROL, False)]
-
-
 def observation_segments(results: Sequence[str], *, close_previous: bool,
                          notes: Sequence[str] = (), add_generation_prompt: bool = True
                          ) -> list[Segment]:
@@ -190,55 +174,21 @@ def observation_segments(results: Sequence[str], *, close_previous: bool,
   sampled, the newline, the tool-response turn, optional ``user`` note turns, the next header."""
   segs: list[Segment] = [(chat_format.IM_END, CONTROL, False)] if close_previous else []
   segs.append(("\n", CONTROL, False))
-  segs += turn_segments(chat_format.TOOL_RESPONSE_ROLE, chat_format.render_tool_responses(results))
+  segs += chat_format.turn_segments(chat_format.TOOL_RESPONSE_ROLE,
+                                    chat_format.render_tool_responses(results))
   for note in notes:
-    segs += turn_segments("user", note)
-  return segs + (generation_segments() if add_generation_prompt else [])
+    segs += chat_format.turn_segments("user", note)
+  return segs + (chat_format.generation_segments() if add_generation_prompt else [])
 
 
 def render_segments(messages: Sequence[Mapping[str, Any]], *,
                     tools: Sequence[Mapping[str, Any]] | None = None,
                     add_generation_prompt: bool = False,
                     default_system: str | None = chat_format.DEFAULT_SYSTEM) -> list[Segment]:
-  """The whole conversation (reference format) as segments whose texts join to exactly
-  ``chat_format.render_messages`` of it (checked: the format has one definition)."""
-  chat = to_chat(messages)
-  segs: list[Segment] = []
-  rest = chat
-  first_is_system = bool(chat) and chat[0]["role"] == "system"
-  if first_is_system or tools or default_system is not None:
-    system = chat[0]["content"] if first_is_system else (default_system or "")
-    if tools:
-      block = chat_format.render_tools_prompt(tools)
-      system = f"{system}\n\n{block}" if system else block
-    segs += turn_segments("system", system)
-    rest = chat[1:] if first_is_system else chat
-  k = 0
-  while k < len(rest):
-    m = rest[k]
-    if m["role"] == "tool":
-      run = []
-      while k < len(rest) and rest[k]["role"] == "tool":
-        run.append(rest[k]["content"])
-        k += 1
-      segs += turn_segments(chat_format.TOOL_RESPONSE_ROLE,
-                            chat_format.render_tool_responses(run))
-      continue
-    if m["role"] == "assistant":
-      body = chat_format.render_assistant(m.get("reasoning") or "", m["content"],
-                                          m.get("tool_calls") or ())
-      segs += turn_segments("assistant", body, trained=True)
-    else:
-      segs += turn_segments(m["role"], m["content"])
-    k += 1
-  if add_generation_prompt:
-    segs += generation_segments()
-  text = "".join(s[0] for s in segs)
-  want = chat_format.render_messages(chat, tools=tools, add_generation_prompt=add_generation_prompt,
-                                     default_system=default_system)
-  if text != want:  # pragma: no cover - a change in chat_format that this renderer must follow
-    raise AssertionError("messages.render_segments no longer matches chat_format.render_messages")
-  return segs
+  """The whole conversation (reference format) as ``chat_format`` segments."""
+  return chat_format.message_segments(to_chat(messages), tools=tools,
+                                      add_generation_prompt=add_generation_prompt,
+                                      default_system=default_system)
 
 
 def plain_encoder(tokenizer) -> Any:

@@ -1,5 +1,6 @@
 """Fakes for rollout tests: tool sources (scripted latencies, failures, hangs, a fault-injecting
-wrapper) and a scripted sampler with the real sampler's interface that records what it was fed."""
+wrapper), a scripted sampler with the real sampler's interface that records what it was fed, and a
+real model steered into tool calls (also used by benchmarks/rollout.py)."""
 from __future__ import annotations
 
 import asyncio
@@ -9,7 +10,10 @@ import json
 import time
 from typing import Any, Callable
 
+import jax
+import jax.numpy as jnp
 import numpy as np
+from flax import nnx
 
 from arenarl_jax.envs import base
 from arenarl_jax.envs.inprocess import check_arguments
@@ -174,3 +178,36 @@ class ScriptedSampler:
       state.sampled[r] += [False] * len(ids)
       state.logp[r] += [0.0] * len(ids)
     return state
+
+
+class Steered(nnx.Module):
+  """The model with +``boost`` on the next token of "<tool_call>{"name": "lookup"}" or "Done"
+  (then <|im_end|>) after each turn's header "\\n" (one extra hidden feature carries the previous
+  token)."""
+
+  def __init__(self, base_model, tok, boost: float = 40.0):
+    self.base, self.cfg, self.boost = base_model, base_model.cfg, boost
+    newline = tok.encode("\n")[-1]
+    end = tok.token_to_id("<|im_end|>")
+    call = tok.encode('<tool_call>{"name": "lookup"}') + [end]
+    done = tok.encode("Done") + [end]
+    table = np.full((self.cfg.vocab_size, 2), -1, np.int32)
+    table[newline] = [call[0], done[0]]
+    for seq in (call, done):
+      for a, b in zip(seq, seq[1:]):
+        table[a, 0] = b
+    self.table = nnx.Variable(jnp.asarray(table))
+
+  def hidden(self, tokens_NT, positions_NT=None, *, cache=None, mask_NT=None):
+    h, cache = self.base.hidden(tokens_NT, positions_NT, cache=cache, mask_NT=mask_NT)
+    return jnp.concatenate([h, tokens_NT[..., None].astype(h.dtype)], axis=-1), cache
+
+  def head(self, h):
+    logits = self.base.head(h[..., :-1])
+    nxt = self.table[...][h[..., -1].astype(jnp.int32)]
+    iota = jax.lax.broadcasted_iota(jnp.int32, logits.shape, logits.ndim - 1)
+    return jnp.where((iota == nxt[..., :1]) | (iota == nxt[..., 1:]), logits + self.boost, logits)
+
+  def __call__(self, tokens_NT, positions_NT=None, *, cache=None, mask_NT=None):
+    h, cache = self.hidden(tokens_NT, positions_NT, cache=cache, mask_NT=mask_NT)
+    return self.head(h), cache

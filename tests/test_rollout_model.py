@@ -7,7 +7,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 from flax import nnx
-from rollout_fakes import FakeToolSource, smollm2_tokenizer
+from rollout_fakes import FakeToolSource, Steered, smollm2_tokenizer
 
 from arenarl_jax.envs.base import Task
 from arenarl_jax.models.config import PRESETS
@@ -15,44 +15,6 @@ from arenarl_jax.models.logprobs import token_logprobs
 from arenarl_jax.models.transformer import make_model
 from arenarl_jax.rollout import CompileCounter, Rollout, RolloutSettings
 from arenarl_jax.sampler import Sampler, SamplingSettings
-
-NEWLINE = 198  # the last token of "<|im_start|>assistant\n"
-# "<tool_call>{"name": "lookup"}<|im_end|>" and "Done<|im_end|>" in SmolLM2's tokenizer (distinct
-# ids, so a next-token table can spell them).
-CALL = [44, 19324, 79, 4350, 46, 39428, 1245, 1799, 476, 29321, 23597, 2]
-DONE = [41462, 2]
-
-
-class Steered(nnx.Module):
-  """A tiny random transformer whose logits get +``boost`` on the successors of the previous token
-  in a table: after a turn's header it starts a tool call or an answer (each about half the
-  time), then spells it out and ends the turn; sampled rows sometimes wander off (the random
-  model's own logits). The previous token rides along as one extra hidden feature."""
-
-  def __init__(self, base, boost: float = 16.0):
-    self.base, self.cfg, self.boost = base, base.cfg, boost
-    table = np.full((base.cfg.vocab_size, 2), -1, np.int32)
-    table[NEWLINE] = [CALL[0], DONE[0]]
-    for seq in (CALL, DONE):
-      for a, b in zip(seq, seq[1:]):
-        table[a, 0] = b
-    self.table = nnx.Variable(jnp.asarray(table))
-
-  def hidden(self, tokens_NT, positions_NT=None, *, cache=None, mask_NT=None):
-    h, cache = self.base.hidden(tokens_NT, positions_NT, cache=cache, mask_NT=mask_NT)
-    return jnp.concatenate([h, tokens_NT[..., None].astype(h.dtype)], axis=-1), cache
-
-  def head(self, h):
-    logits = self.base.head(h[..., :-1])
-    nxt = self.table[...][h[..., -1].astype(jnp.int32)]
-    iota = jax.lax.broadcasted_iota(jnp.int32, logits.shape, logits.ndim - 1)
-    hit = (iota == nxt[..., :1]) | (iota == nxt[..., 1:])
-    return jnp.where(hit, logits + self.boost, logits)
-
-  def __call__(self, tokens_NT, positions_NT=None, *, cache=None, mask_NT=None):
-    h, cache = self.hidden(tokens_NT, positions_NT, cache=cache, mask_NT=mask_NT)
-    return self.head(h), cache
-
 
 def tasks(offset):
   # Same token lengths in both rollouts (one digit changes), so the shapes repeat.
@@ -63,7 +25,7 @@ def tasks(offset):
 @pytest.fixture(scope="module")
 def rolled():
   tok = smollm2_tokenizer()
-  model = Steered(make_model(PRESETS["tiny"], seed=3))
+  model = Steered(make_model(PRESETS["tiny"], seed=3), tok, boost=16.0)
   # One cache size in use (160 slots per row's own tokens) keeps the compiles, and the test, short.
   sampler = Sampler(model, cache_len=384, cache_sizes=(160,))
   sampling = SamplingSettings(temperature=0.9, max_new_tokens=24, eos_ids=(tok.eos_id,))
