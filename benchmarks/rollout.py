@@ -22,7 +22,6 @@ import sys
 import time
 
 import jax
-import numpy as np
 
 from arenarl_jax.envs import base
 from arenarl_jax.models.config import PRESETS

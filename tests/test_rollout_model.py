@@ -6,7 +6,6 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from flax import nnx
 from rollout_fakes import FakeToolSource, Steered, smollm2_tokenizer
 
 from arenarl_jax.envs.base import Task
