@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import difflib
 import re
-from typing import Sequence
 
 import bm25s
 from bm25s.stopwords import STOPWORDS_EN
