@@ -295,4 +295,8 @@ def test_travel_expert_against_references_with_the_rubric_judge(travel, tmp_path
   assert [m["opponent"] for m in rec["matches"]] == ["reference", "sft"]
   m = rec["matches"][0]
   assert m["outcome"] == 0.0 and m["ok"] and set(m["detail"]) >= {"forward", "backward"}
+  dims = m["detail"]["dimensions"]  # per side and direction, in rubric order
+  assert dims["q"]["forward"] == dims["q"]["backward"] == {"path": [10.0] * 3,
+                                                           "answer": [10.0] * 4}
+  assert min(dims["p"]["forward"]["path"] + dims["p"]["forward"]["answer"]) < 10
   assert m["opponent_task_id"] == tasks[0].id and m["opponent_messages"]
