@@ -51,11 +51,11 @@ from typing import Any, Callable, Sequence
 import numpy as np
 from scipy import stats as scipy_stats
 
+from arenarl_jax import eval_report
 from arenarl_jax import messages as messages_lib
 from arenarl_jax import types
 from arenarl_jax.data import records
 from arenarl_jax.envs import base
-from arenarl_jax import eval_report
 from arenarl_jax.eval_report import EvalReport, subtask_of, write_jsonl  # noqa: F401 (re-exported)
 
 TOLERANCE = 1e-6  # the tournament's tie tolerance on bidirectional sums
