@@ -10,6 +10,7 @@ from typing import Any
 
 import ml_collections
 
+from arenarl_jax import evaluate
 from arenarl_jax.envs import mcp_client
 from arenarl_jax.judges import flax_judge, http, render, rubric_judge
 
@@ -101,6 +102,7 @@ def make_base_config() -> ml_collections.ConfigDict:
       flax=_defaults(flax_judge.FlaxJudgeConfig),
       noise=_defaults(rubric_judge.NoiseModel),
   )
+  c.eval = _defaults(evaluate.EvalSettings)  # arenarl_jax/evaluate.py: when, how many, intervals
   c.advantage = dict(source="arena")  # arena | pointwise
   c.loss = dict(
       ratio="token",  # token | sequence (GSPO)

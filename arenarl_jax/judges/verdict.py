@@ -155,7 +155,16 @@ def combine(forward: PairVerdict, backward: PairVerdict, requests: int = 2) -> M
       ok=True, error=None, requests=requests,
       detail={"forward": (forward.a.combined, forward.b.combined),
               "backward": (backward.a.combined, backward.b.combined),
-              "mismatches": forward.mismatches + backward.mismatches})
+              "mismatches": forward.mismatches + backward.mismatches,
+              # Each side's dimension scores (rubric order) in each direction, for the logs.
+              "dimensions": {"p": {"forward": _dimensions(forward.a),
+                                   "backward": _dimensions(backward.b)},
+                             "q": {"forward": _dimensions(forward.b),
+                                   "backward": _dimensions(backward.a)}}})
+
+
+def _dimensions(scores: AgentScores) -> dict[str, list[float]]:
+  return {"path": list(scores.path), "answer": list(scores.answer)}
 
 
 def _agent(obj: Any, rubric: rubric_lib.Rubric, compact: bool,
