@@ -1,6 +1,7 @@
 """HTTP judge logic against an in-process fake server (fast; the real one: test_http_server.py)."""
 import asyncio
 import copy
+import json
 import os
 import pickle
 
@@ -351,3 +352,31 @@ def test_every_string_option_at_a_non_default_value(fmt, tmp_path, monkeypatch):
           "json_schema": rf is not None and rf.get("type") == "json_schema"}[fmt]
   assert server.headers[0]["authorization"] == "Bearer k-123"
   assert len(cache.DiskCache(str(tmp_path / "replies"))) == 2
+
+
+@pytest.mark.parametrize("via", ["env", "file"])
+def test_local_server_key_never_on_the_command_line(via, tmp_path):
+  secret = "k-" + "9" * 30
+  model = tmp_path / "m.gguf"
+  model.write_bytes(b"")
+  server = local_server.LlamaServer(str(model), api_key=secret, key_via=via, n_threads=2,
+                                    n_threads_batch=3)
+  assert all(secret not in a for a in server.command())
+  env = server.environment()
+  if via == "env":
+    assert env["API_KEY"] == secret and "CONFIG_FILE" not in env
+    assert server.command()[server.command().index("--n_threads_batch") + 1] == "3"
+  else:
+    path = env["CONFIG_FILE"]
+    assert "API_KEY" not in env and os.stat(path).st_mode & 0o777 == 0o600
+    assert os.stat(os.path.dirname(path)).st_mode & 0o777 == 0o700
+    config = json.load(open(path))
+    assert config["api_key"] == secret and config["models"][0]["n_threads_batch"] == 3
+    server.stop()
+    assert not os.path.exists(path)
+  # A key inherited from the parent never leaks into a keyless server.
+  os.environ["API_KEY"] = "inherited"
+  try:
+    assert "API_KEY" not in local_server.LlamaServer(str(model)).environment()
+  finally:
+    del os.environ["API_KEY"]

@@ -56,8 +56,9 @@ class Batch:
 
 @pytest.fixture(scope="module")
 def judged_batch(real_endpoint, tmp_path_factory):
-  """Two matches (four real requests), concurrency limit 2, with an on-disk cache."""
-  proxy = real_endpoint.proxy()
+  """Two matches (four real requests), concurrency limit 2, with an on-disk cache; the proxy's
+  gate holds requests until two are in flight (counting, not timing)."""
+  proxy = real_endpoint.proxy(gate=(2, 4))
   cache_dir = str(tmp_path_factory.mktemp("judge_cache"))
   judge = http.HttpJudge(_config(proxy, cache_dir=cache_dir), MINI, compact=True)
   return Batch(judge.judge(_matches(2)), judge, proxy, cache_dir)
@@ -86,7 +87,7 @@ def test_batch_judged_in_both_orders_with_valid_scores(judged_batch):
 
 
 def test_in_flight_never_exceeds_the_limit(judged_batch):
-  # The server answers one request at a time, so the others wait in flight: the limit is reached.
+  # The gate released nothing until two were in flight: the limit is reached and never passed.
   assert judged_batch.proxy.max_in_flight == 2
   assert judged_batch.judge.metrics.max_in_flight == 2
 
