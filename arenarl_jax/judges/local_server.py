@@ -158,3 +158,47 @@ class LlamaServer:
 
   def __exit__(self, *exc) -> None:
     self.stop()
+
+
+def find_native_server(path: str = "") -> str | None:
+  """llama.cpp's own ``llama-server`` binary: ``path``, else ``$LLAMA_SERVER_BIN``, else PATH."""
+  import shutil  # pylint: disable=g-import-not-at-top
+  for candidate in (path, os.environ.get("LLAMA_SERVER_BIN", ""), shutil.which("llama-server")):
+    if candidate and os.path.isfile(candidate) and os.access(candidate, os.X_OK):
+      return candidate
+  return None
+
+
+class NativeLlamaServer(LlamaServer):
+  """llama.cpp's own C++ server (``llama-server``): ``parallel`` slots with continuous batching.
+
+  The context (``n_ctx`` per slot) is split across slots, so it asks for ``n_ctx * parallel``.
+  The key goes in the child's environment as ``LLAMA_API_KEY`` (never argv; no file mode).
+  """
+
+  def __init__(self, binary: str, model: str, parallel: int = 4, **kwargs):
+    if kwargs.get("key_via", "env") != "env":
+      raise ValueError("NativeLlamaServer: the key is passed by environment only")
+    super().__init__(model, **kwargs)
+    self.binary, self.parallel = binary, int(parallel)
+
+  def __repr__(self) -> str:
+    return (f"NativeLlamaServer(model={os.path.basename(self.model)!r}, url={self.base_url!r}, "
+            f"parallel={self.parallel})")
+
+  def settings(self) -> dict:
+    return {"binary": self.binary, "host": self.host, "port": self.port, "parallel": self.parallel,
+            "cont_batching": True, "n_ctx_per_slot": self.n_ctx, "n_threads": self.n_threads,
+            "n_threads_batch": self.n_threads_batch}
+
+  def command(self) -> list[str]:
+    return [self.binary, "-m", self.model, "--host", self.host, "--port", str(self.port),
+            "-c", str(self.n_ctx * self.parallel), "--parallel", str(self.parallel),
+            "--cont-batching", "-t", str(self.n_threads), "-tb", str(self.n_threads_batch),
+            *self.extra_args]
+
+  def environment(self) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if k not in ("API_KEY", "LLAMA_API_KEY")}
+    if self._api_key:
+      env["LLAMA_API_KEY"] = self._api_key
+    return env

@@ -380,3 +380,17 @@ def test_local_server_key_never_on_the_command_line(via, tmp_path):
     assert "API_KEY" not in local_server.LlamaServer(str(model)).environment()
   finally:
     del os.environ["API_KEY"]
+
+
+def test_native_server_command_has_slots_threads_and_no_key(tmp_path):
+  binary = tmp_path / "llama-server"
+  binary.write_text("#!/bin/sh\nexit 3\n")
+  binary.chmod(0o700)
+  assert local_server.find_native_server(str(binary)) == str(binary)
+  s = local_server.NativeLlamaServer(str(binary), str(tmp_path / "m.gguf"), parallel=4,
+                                     api_key="k-secret", n_ctx=1024, n_threads=2,
+                                     n_threads_batch=2)
+  cmd = s.command()
+  assert "k-secret" not in " ".join(cmd) and s.environment()["LLAMA_API_KEY"] == "k-secret"
+  assert cmd[cmd.index("--parallel") + 1] == "4" and "--cont-batching" in cmd
+  assert cmd[cmd.index("-c") + 1] == "4096" and cmd[cmd.index("-tb") + 1] == "2"
