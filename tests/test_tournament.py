@@ -205,6 +205,16 @@ def test_requests_come_from_the_judge_results():
   assert res.requests == 2  # only i = 2 of the matches (1,0), (2,0), (3,0) sent requests
 
 
+def test_requests_are_never_assumed():
+  """A judge that does not count its requests reports none: the count is the judge's, not 2."""
+  class Silent:
+    def judge(self, matches):
+      return [MatchResult(12.0, 8.0) for _ in matches]
+
+  (res,) = tournament.rank(make_groups([4]), Silent(), "round_robin", 0)
+  assert res.requests == 0 and len(res.matches) == 6
+
+
 @pytest.mark.parametrize("name", NAMES)
 def test_groups_smaller_than_two_are_errors(name):
   with pytest.raises(ValueError, match=r"group 1 has 1 trajectories; .*N >= 2"):

@@ -394,3 +394,9 @@ def test_native_server_command_has_slots_threads_and_no_key(tmp_path):
   assert "k-secret" not in " ".join(cmd) and s.environment()["LLAMA_API_KEY"] == "k-secret"
   assert cmd[cmd.index("--parallel") + 1] == "4" and "--cont-batching" in cmd
   assert cmd[cmd.index("-c") + 1] == "4096" and cmd[cmd.index("-tb") + 1] == "2"
+
+
+def test_local_server_default_argv_has_no_key(tmp_path):
+  server = local_server.LlamaServer(str(tmp_path / "m.gguf"), api_key="k-argv-secret")
+  assert not any("k-argv-secret" in a for a in server.command()) and "--api_key" not in \
+      server.command()
