@@ -185,6 +185,8 @@ def bench_flax(matches: list[Match], max_rows: int, mode: str = "logit",
   if mode == "logit":
     metrics["score_mass_p50"] = float(np.median([r.detail["score_mass"] for r in results
                                                  if r.ok]))
+  errors = [r.error for r in results if not r.ok]
+  metrics["first_error"] = (errors[0] or "")[:160] if errors else ""
   margins = [abs(r.score_p - r.score_q) for r in results if r.ok]
   metrics["margin_p50"] = float(np.median(margins)) if margins else math.nan
   return len(matches) / wall, metrics, results
@@ -249,7 +251,8 @@ def main() -> None:
     print(f"flax generative: {n} matches ({m['rows']} prompts, compact verdict, at most "
           f"{args.max_tokens} new tokens, greedy): {rate['generative']:.4f} matches/s; "
           f"ok={m['ok_matches']}, parse_failures={m['parse_failures']}, calls={m['calls']}, "
-          f"order flips = {m['order_flip_rate']:.3f}; warm-up {m['warmup_s']:.0f} s")
+          f"order flips = {m['order_flip_rate']:.3f}; warm-up {m['warmup_s']:.0f} s"
+          + (f"; first error: {m['first_error']}" if m["first_error"] else ""))
   if args.http_matches:
     rate["http"], m, res = bench_http(matches[:args.http_matches], args)
     verdicts["http"] = winners(res)

@@ -114,6 +114,19 @@ def test_wrong_key_one_401_no_retries(real_endpoint, monkeypatch):
   assert proxy.arrivals == 1 and judge.metrics["retries"] == 0
 
 
+def test_json_schema_format_falls_back_on_this_server(real_endpoint):
+  """llama-cpp-python's server rejects response_format type json_schema (HTTP 422): the judge
+  falls back to its json_object + schema form once and keeps it (3 requests reach the server)."""
+  proxy = real_endpoint.proxy()
+  judge = http.HttpJudge(_config(proxy, response_format="json_schema", max_concurrency=1), MINI,
+                         compact=True)
+  (r,) = judge.judge(_matches(1))
+  assert r.ok, r.error
+  assert judge.metrics["format_fallbacks"] == 1 and judge.response_format == "json_object_schema"
+  types = [json.loads(b)["response_format"]["type"] for b in proxy.bodies]
+  assert types == ["json_schema", "json_object", "json_object"] and r.requests == 3
+
+
 def test_faults_through_proxy_are_retried(judged_batch, real_endpoint):
   # A hang costs one timeout: make it a few real requests long on this (shared, noisy) machine.
   timeout = max(5.0, 2.5 * judged_batch.judge.metrics.snapshot()["latency_ms_p99"] / 1000)
