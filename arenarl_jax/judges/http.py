@@ -6,7 +6,7 @@ errors) are retried with exponential backoff and jitter; other 4xx are not; 401/
 404 (wrong URL or model) raise at once because no retry can fix them.
 
 Constrained decoding: the reply is asked for with ``response_format`` (default: the verdict's JSON
-schema). A server that rejects the format (HTTP 400/422 naming it) is asked again with the next
+schema). A server that rejects the format (HTTP 400/422/500 naming it) is asked again with the next
 weaker one (json_schema -> json_object_schema -> json_object -> none), once per judge, counted as
 ``format_fallbacks``. Repair: an unparseable reply is asked again (``parse_retries``) at
 ``retry_temperature`` with a fixed repair instruction added to the system prompt (never the
@@ -381,13 +381,15 @@ class HttpJudge:
       if status == 404:
         raise JudgeConfigError(f"judge server {c.base_url} answered HTTP 404 for "
                                f"/chat/completions with model {c.model!r}: check base_url/model")
+      fmt = body.get("response_format")
+      # 400/422, or 500 from servers that wrap validation errors (llama-cpp-python), naming
+      # the format: a weaker format, not a retry, can fix it.
+      if status in (400, 422, 500) and fmt is not None and _names_format(resp.text):
+        raise _FormatRejected(_format_name(fmt))
       if status == 429 or status >= 500:
         last = f"HTTP {status}"
         retry_after = _retry_after(resp)
         continue
-      fmt = body.get("response_format")
-      if status in (400, 422) and fmt is not None and _names_format(resp.text):
-        raise _FormatRejected(_format_name(fmt))
       if status >= 400:
         raise _RequestFailed(f"HTTP {status} (not retried): {resp.text[:200]}")
       self._contacted = True

@@ -241,8 +241,9 @@ def test_requests_are_counted_by_the_judge_itself():
 
 
 def test_rejected_response_format_falls_back_to_weaker_ones():
-  """json_schema rejected (HTTP 400 naming it), json_object_schema rejected (422), json_object
-  accepted: the judge remembers the working format and counts the fallbacks."""
+  """json_schema rejected (HTTP 400 naming it), json_object_schema rejected (500, as
+  llama-cpp-python wraps validation errors), json_object accepted: the judge remembers the
+  working format and counts the fallbacks."""
   def reply(body):
     rf = body.get("response_format", {})
     if rf.get("type") == "json_schema" or "schema" in rf:
@@ -259,7 +260,7 @@ def test_rejected_response_format_falls_back_to_weaker_ones():
     try:
       return await original(request)
     except _Reject:
-      status = 400 if b'"json_schema"' in request.content else 422
+      status = 400 if b'"json_schema"' in request.content else 500
       return judge_fakes.httpx.Response(status, json={"error": "response_format not supported"})
 
   server.handle = handle
