@@ -30,7 +30,7 @@ score tensor): a 4-row chunk of the judge benchmark 9.2-11.0 -> 7.6-8.2 s; bench
 
 **Generative mode**: the sampler (prefix prefilled once, rows extended, greedy by default)
 writes the verdict, which is parsed strictly like an HTTP reply; an unparseable verdict makes the
-match ``ok=False`` (scored as a tie by the tournament).
+match ``ok=False`` (both players demoted by the tournament, never a tie: ``types.MatchResult``).
 
 Prompts whose match-specific part exceeds ``max_user_tokens`` are re-rendered with smaller
 character limits (so truncation keeps ``render.py``'s visible markers) until they fit.
@@ -59,7 +59,7 @@ from arenarl_jax.sampling import buckets as bucketing
 from arenarl_jax.types import Match, MatchResult, Trajectory
 
 MODES = ("logit", "generative")
-TIE = 10.0  # each side of a failed match (the middle of [0, 20])
+FAILED = 0.0  # each side of a failed match (ignored by the tournament: MatchResult docs)
 _MAX_REFITS = 6  # re-renders with smaller character limits before a prompt counts as too long
 
 
@@ -151,10 +151,11 @@ class FlaxJudge:
       (fwd, e1, d1), (bwd, e2, d2) = agents[2 * k], agents[2 * k + 1]
       if fwd is None or bwd is None:
         error = "; ".join(f"{d}: {e}" for d, e in (("forward", e1), ("backward", e2)) if e)
-        results.append(MatchResult(TIE, TIE, ok=False, error=error, requests=2))
+        results.append(MatchResult(FAILED, FAILED, ok=False, error=error, requests=2))
         continue
       (fa, fb), (ba, bb) = fwd, bwd
       detail = {"forward": (fa, fb), "backward": (ba, bb), **_merge(d1, d2)}
+      self.metrics.orders((fa, fb), (ba, bb))
       results.append(MatchResult(score_p=fa + bb, score_q=fb + ba, ok=True, error=None,
                                  requests=2, detail=detail))
     self._account(len(results), sum(not r.ok for r in results), requests=2 * len(results))

@@ -20,6 +20,7 @@ from arenarl_jax.models.embedded import find_smollm2_gguf
 from arenarl_jax.models.transformer import Transformer, make_model
 from arenarl_jax.tokenizer import Tokenizer
 from arenarl_jax.types import Match, Step, Trajectory
+import judge_fakes
 from judge_fakes import traj
 
 TINY = config_lib.PRESETS["tiny"]
@@ -279,7 +280,7 @@ def test_token_budget_truncates_with_a_marker_or_fails_cleanly(tok):
   assert r.ok and judge.snapshot()["refits"] > 0 and judge.snapshot()["truncations"] > 0
   tight = flax_judge.FlaxJudge(judge.model, tok, dataclasses.replace(cfg, max_user_tokens=64))
   (r,) = tight.judge([_match(huge, traj(3))])
-  assert not r.ok and "max_user_tokens=64" in r.error and r.score_p == r.score_q == 10.0
+  assert not r.ok and "max_user_tokens=64" in r.error and r.score_p == r.score_q == 0.0
   assert tight.snapshot()["failed_matches"] == 1
 
 
@@ -310,9 +311,40 @@ def test_generative_parses_the_verdict_and_fails_cleanly_on_garbage(tok):
   assert r.detail["forward"] == (a.combined, b.combined) and r.detail["mismatches"] == 0
   judge, match = _generative(tok, 'Agent_A wins! {"Agent_A": 10')
   (r,) = judge.judge([match])
-  assert not r.ok and r.score_p == r.score_q == 10.0 and "unparseable verdict" in r.error
+  assert not r.ok and r.score_p == r.score_q == 0.0 and "unparseable verdict" in r.error
   snap = judge.snapshot()
   assert snap["parse_failures"] == 2 and snap["failed_matches"] == 1  # both orders failed
+
+
+def test_generative_scripted_replies_distinguish_the_two_orders(tok, monkeypatch):
+  """Each order gets the truthful reply for ITS prompt (A = the agent shown first), so a P/Q swap
+  in pairing or summing the two orders changes the result (one reply for both orders cannot)."""
+  judge, match = _generative(tok, "{}")  # P has QUALITY=4, Q has QUALITY=6
+  parts = []
+  real_chunks = judge.chunks
+
+  def chunks(unique):
+    for part, tokens, lengths in real_chunks(unique):
+      parts.append(part)
+      yield part, tokens, lengths
+
+  class ScriptedTokenizer:
+    def __getattr__(self, name):
+      return getattr(tok, name)
+
+    def decode_batch(self, lists, **kw):
+      del kw
+      return [judge_fakes.truthful_reply({"messages": [{"content": tok.decode(list(ids))}]},
+                                         rubric_lib.TRAVEL, compact=True)
+              for ids in parts[-1][:len(lists)]]
+
+  monkeypatch.setattr(judge, "chunks", chunks)
+  monkeypatch.setattr(judge, "tokenizer", ScriptedTokenizer())
+  (r,) = judge.judge([match])
+  assert r.ok and r.detail["forward"] == (4.0, 6.0) and r.detail["backward"] == (6.0, 4.0)
+  assert (r.score_p, r.score_q) == (8.0, 12.0)
+  snap = judge.snapshot()
+  assert snap["both_orders"] == 1 and snap["order_flips"] == 0 and snap["requests"] == 2
 
 
 # ---------------------------------------------------------------- config and SmolLM2
