@@ -32,20 +32,27 @@ class WinRate:
     return self.failed / total if total else float("nan")
 
 
-def win_rate(results: Sequence[MatchResult], side: str = "p") -> WinRate:
-  """The win rate of ``side`` ("p" or "q") over ``results`` (e.g. policy as P vs a baseline)."""
+def _check_side(side: str) -> None:
   if side not in ("p", "q"):
     raise ValueError(f"win_rate: side must be 'p' or 'q', got {side!r}")
-  wins = ties = losses = failed = 0
-  for r in results:
-    if not r.ok:
-      failed += 1
-      continue
-    diff = r.score_p - r.score_q if side == "p" else r.score_q - r.score_p
-    if diff > TOLERANCE:
-      wins += 1
-    elif diff < -TOLERANCE:
-      losses += 1
-    else:
-      ties += 1
-  return WinRate(wins, ties, losses, failed)
+
+
+def outcome(result: MatchResult, side: str = "p") -> float | None:
+  """1 (``side`` wins), 0.5 (tie), 0 (``side`` loses) or None for a failed match (left out)."""
+  _check_side(side)
+  if not result.ok:
+    return None
+  diff = result.score_p - result.score_q if side == "p" else result.score_q - result.score_p
+  return 1.0 if diff > TOLERANCE else 0.0 if diff < -TOLERANCE else 0.5
+
+
+def count(scores: Sequence[float | None]) -> WinRate:
+  """Wins, ties, losses and failures of a sequence of ``outcome`` values."""
+  return WinRate(wins=sum(s == 1.0 for s in scores), ties=sum(s == 0.5 for s in scores),
+                 losses=sum(s == 0.0 for s in scores), failed=sum(s is None for s in scores))
+
+
+def win_rate(results: Sequence[MatchResult], side: str = "p") -> WinRate:
+  """The win rate of ``side`` ("p" or "q") over ``results`` (e.g. policy as P vs a baseline)."""
+  _check_side(side)
+  return count([outcome(r, side) for r in results])
