@@ -72,9 +72,9 @@ def make_batch(trajectories: Sequence[Trajectory], advantages_N, *, bucket: int 
 
 
 def split_rows(batch: dict[str, np.ndarray], parts: int) -> list[dict[str, np.ndarray]]:
-  """``parts`` contiguous row slices (the minibatches of one rollout batch)."""
+  """The minibatches of one rollout batch: rows ``m::parts`` go to minibatch m, so the padding
+  rows at the end are spread over all of them (no minibatch of padding only)."""
   n = batch["tokens_NT"].shape[0]
   if n % parts:
     raise ValueError(f"split_rows: {n} rows do not split into rl.minibatches_per_rollout={parts}")
-  size = n // parts
-  return [{k: v[i * size:(i + 1) * size] for k, v in batch.items()} for i in range(parts)]
+  return [{k: v[m::parts] for k, v in batch.items()} for m in range(parts)]
