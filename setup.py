@@ -26,6 +26,8 @@ setuptools.setup(
         "numpy>=1.26",
         "httpx>=0.27,<1",  # async OpenAI-compatible judge client
         "matplotlib>=3.8",  # experiment plots
+        "tensorboardX>=2.6",  # TensorBoard event files without TensorFlow (metrics.py)
+        "tqdm>=4.60",  # progress bars with ETA
     ],
     extras_require={
         # torch + accelerate are only the reference implementation in tests and benchmarks.

@@ -88,6 +88,8 @@ def make_base_config() -> ml_collections.ConfigDict:
       train_anchor=True,  # train the greedy anchor row like the others (as the reference does)
       logprob_chunk=64,  # token_logprobs' checkpointed chunk over T
       bucket=64,  # rows are padded to a multiple of this many tokens
+      rollout="fake",  # train.ROLLOUTS key; "fake": random sequences (updates/resume/pods checks)
+      fake_prompts=16,  # the fake rollout's prompt count (an epoch)
   )
   c.optim = dict(lr=1e-6, weight_decay=0.1, b1=0.9, b2=0.98, grad_clip=1.0,
                  schedule="constant",  # constant | linear | cosine (decay to 0 after warmup)
@@ -100,7 +102,7 @@ def make_base_config() -> ml_collections.ConfigDict:
       cpu_collectives="",  # "gloo" for several CPU processes (tests); "" = the platform's own
   )
   c.checkpoint = dict(
-      every=50,  # optimizer-update steps between saves (and one at the end)
+      every=50,  # RL steps between saves (and one at the end and on SIGTERM)
       keep=3,  # newest checkpoints kept
       resume=True,  # continue from the newest checkpoint in workdir/checkpoints
   )

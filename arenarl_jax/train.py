@@ -188,3 +188,27 @@ def run(config: ml_collections.ConfigDict, workdir: str, rollout, *, model=None)
     writer.close()
     checkpointer.close()
   return state
+
+
+def make_fake_rollout(config: ml_collections.ConfigDict, vocab_size: int):
+  from arenarl_jax.fake_rollout import FakeRollout  # pylint: disable=import-outside-toplevel
+  return FakeRollout(vocab_size=vocab_size, group_size=config.sampling.group_size,
+                     num_prompts=config.rl.fake_prompts,
+                     max_new_tokens=config.sampling.max_new_tokens,
+                     temperature=config.sampling.temperature, seed=config.seed)
+
+
+ROLLOUTS = {"fake": make_fake_rollout}  # rl.rollout -> factory(config, vocab_size)
+
+
+def main(config: ml_collections.ConfigDict, workdir: str):
+  """``--mode=train``: joins the hosts, loads the policy, runs the loop with ``rl.rollout``."""
+  initialize_distributed(config.distributed)
+  from arenarl_jax.models.loading import load_model  # pylint: disable=import-outside-toplevel
+  if config.rl.rollout not in ROLLOUTS:
+    raise ValueError(f"rl.rollout: unknown value {config.rl.rollout!r}; known: {sorted(ROLLOUTS)}")
+  model_cfg, model = load_model(config.model.source, cache_dir=config.model.cache_dir or None)
+  rollout = ROLLOUTS[config.rl.rollout](config, model_cfg.vocab_size)
+  state = run(config, workdir, rollout, model=model)
+  if jax.process_index() == 0:
+    print(f"RESULT stage=train steps={int(config.rl.steps)} optimizer_steps={int(state.step)}")

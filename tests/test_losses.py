@@ -99,8 +99,8 @@ def test_sequence_ratio_is_length_normalised_and_clamped():
   assert float(losses.finish_metrics(metrics)["clip_frac_high"]) == 0.0
 
 
-@pytest.mark.parametrize("aggregation", losses.AGGREGATIONS)
-@pytest.mark.parametrize("ratio", losses.RATIOS)
+@pytest.mark.parametrize("aggregation, ratio", [
+    ("seq_mean_token_mean", "token"), ("token_mean", "sequence"), ("dr_grpo", "token")])
 def test_loss_and_gradient_are_the_same_however_the_batch_is_split(aggregation, ratio):
   rng = np.random.default_rng(0)
   n, t = 8, 6
@@ -112,18 +112,20 @@ def test_loss_and_gradient_are_the_same_however_the_batch_is_split(aggregation, 
   cfg = LossConfig(ratio=ratio, aggregation=aggregation, dr_grpo_tokens=5)
   norm = losses.normalisers(mask)
 
+  @jax.jit
   def part_loss(lp, rows):
     return losses.policy_loss(lp[rows], old[rows], ref[rows], adv[rows], mask[rows], norm, cfg)
 
+  part_grad = jax.jit(jax.grad(lambda lp, rows: part_loss(lp, rows)[0]))
   whole, whole_m = part_loss(logp, np.arange(n))
-  g_whole = jax.grad(lambda lp: part_loss(lp, np.arange(n))[0])(logp)
+  g_whole = part_grad(logp, np.arange(n))
   for parts in ([np.arange(0, 3), np.arange(3, 8)], [np.arange(0, 8, 2), np.arange(1, 8, 2)]):
     total, metrics, grad = 0.0, None, 0.0
     for rows in parts:
       loss, m = part_loss(logp, rows)
       total += loss
       metrics = m if metrics is None else losses.combine_metrics(metrics, m)
-      grad = grad + jax.grad(lambda lp: part_loss(lp, rows)[0])(logp)
+      grad = grad + part_grad(logp, rows)
     np.testing.assert_allclose(total, whole, rtol=1e-5)
     np.testing.assert_allclose(grad, g_whole, rtol=1e-5, atol=1e-8)
     for key in whole_m:
