@@ -122,7 +122,7 @@ class FlaxJudge:
     self.model = model
     self.graphdef, self.params = nnx.split(model)
     # The CPU attention kernel: only for the library's own Transformer (its ``fill`` takes it).
-    self.kernel = token_step.supports(model) and cache_attention.available(model.cfg.dtype)
+    self.kernel = token_step.supports(model) and cache_attention.available(model.cfg.act_dtype)
     self.buckets = bucketing.stepped_buckets(config.max_user_tokens, config.min_bucket,
                                              config.bucket_step)
     self.row_buckets = bucketing.power_of_two_buckets(config.max_rows, 1)
