@@ -1,0 +1,134 @@
+"""The measurements of benchmarks/accelerator.py (imported after it has chosen the backend)."""
+from __future__ import annotations
+
+import dataclasses
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+from flax import nnx
+
+from arenarl_jax.models import loading
+from arenarl_jax.models.config import PRESETS, ModelConfig
+from arenarl_jax.models.transformer import Transformer
+from arenarl_jax.sampler import Sampler, SamplingSettings
+
+import timing  # benchmarks/timing.py
+
+# The dry run's stand-in for Qwen3-0.6B: same family and features, a few thousand times smaller.
+QWEN3_DRY = dataclasses.replace(PRESETS["qwen3_0_6b"], n_layers=2, d_model=64, n_heads=4,
+                                n_kv_heads=2, head_dim=16, ffn_dim=128, vocab_size=1024)
+
+
+def matmul_ceiling(n: int, repeats: int) -> float:
+  """FLOP/s of a bf16 [n, n] @ [n, n] matmul (float32 accumulation), median of ``repeats``."""
+  a = jax.random.normal(jax.random.key(0), (n, n), jnp.bfloat16)
+  b = jax.random.normal(jax.random.key(1), (n, n), jnp.bfloat16)
+  run = jax.jit(lambda a, b: jnp.matmul(a, b, preferred_element_type=jnp.float32))
+  run(a, b).block_until_ready()
+  return 2 * n ** 3 / timing.median_time(lambda: run(a, b).block_until_ready(), max(repeats, 3))
+
+
+def smollm2(cache_dir: str | None, use_cache: bool = True) -> tuple[ModelConfig, Transformer]:
+  return loading.load_model("smollm2", cache_dir=cache_dir, use_cache=use_cache,
+                            compute_dtype="auto")
+
+
+def qwen3_06b(dry_run: bool) -> tuple[ModelConfig, Transformer]:
+  """Random weights in the Qwen3-0.6B shape (float32 masters, compute "auto"); jitted init."""
+  cfg = QWEN3_DRY if dry_run else PRESETS["qwen3_0_6b"]
+  mesh = jax.sharding.Mesh(np.asarray(jax.devices()[:1]).reshape(1, 1, 1),
+                           ("data", "fsdp", "tensor"))
+  model = loading.init_sharded_model(cfg, mesh, seed=0)
+  return loading.with_compute_dtype(cfg, model, "auto")
+
+
+def matmul_params(cfg: ModelConfig) -> int:
+  """Weights that take part in a matmul per token (all kernels and the head; not norms)."""
+  d, hd = cfg.d_model, cfg.head_dim
+  per_layer = d * hd * (2 * cfg.n_heads + 2 * cfg.n_kv_heads) + 3 * d * cfg.ffn_dim
+  return cfg.n_layers * per_layer + cfg.vocab_size * d
+
+
+def forward_flops(cfg: ModelConfig, rows: int, tokens: int) -> float:
+  """Weight matmuls plus causal attention (q.k and p.v over the visible half) for rows x tokens."""
+  attention = 2 * 2 * cfg.n_layers * cfg.n_heads * cfg.head_dim * tokens * (tokens + 1) / 2
+  return rows * (2 * matmul_params(cfg) * tokens + attention)
+
+
+def _tokens(cfg: ModelConfig, rows: int, tokens: int, seed: int = 0) -> jax.Array:
+  return jax.random.randint(jax.random.key(seed), (rows, tokens), 3, min(cfg.vocab_size, 30_000))
+
+
+def forward(model: Transformer, sizes) -> tuple[float, float]:
+  """(FLOP/s, tokens/s) of a jitted teacher-forced pass: hidden states + head log-sum-exp."""
+  cfg = model.cfg
+  graphdef, state = nnx.split(model)
+  tokens_NT = _tokens(cfg, sizes.forward_rows, sizes.forward_tokens)
+
+  @jax.jit
+  def run(state, tokens_NT):
+    m = nnx.merge(graphdef, state)
+    h_NTD, _ = m.hidden(tokens_NT)
+    return jnp.sum(jax.nn.logsumexp(m.head(h_NTD), axis=-1))
+
+  run(state, tokens_NT).block_until_ready()
+  seconds = timing.median_time(lambda: run(state, tokens_NT).block_until_ready(), sizes.repeats)
+  n_tokens = sizes.forward_rows * sizes.forward_tokens
+  return forward_flops(cfg, sizes.forward_rows, sizes.forward_tokens) / seconds, n_tokens / seconds
+
+
+def sampler(model: Transformer, sizes) -> tuple[float, float]:
+  """(FLOP/s, generated tokens/s) of ``Sampler.sample``: prefill + decode, EOS ignored."""
+  cfg = model.cfg
+  prompts = np.asarray(_tokens(cfg, sizes.sampler_prompts, sizes.prompt_tokens, seed=1)).tolist()
+  settings = SamplingSettings(temperature=1.0, max_new_tokens=sizes.new_tokens, eos_ids=())
+  cache_len = sizes.prompt_tokens + sizes.new_tokens
+  s = Sampler(model, cache_len=cache_len, cache_sizes=())
+
+  def once(seed):
+    out, _ = s.sample(prompts, group_size=sizes.sampler_group, settings=settings,
+                      key=jax.random.key(seed))
+    jax.block_until_ready(out.tokens_NT)
+
+  once(0)  # compile
+  seconds = timing.median_time(lambda: once(1), sizes.repeats)
+  rows = sizes.sampler_prompts * sizes.sampler_group
+  generated = rows * sizes.new_tokens
+  flops = 2 * matmul_params(cfg) * (sizes.sampler_prompts * sizes.prompt_tokens + generated)
+  return flops / seconds, generated / seconds
+
+
+def train(model: Transformer, sizes) -> tuple[float, float]:
+  """(FLOP/s, tokens/s) of value-and-grad of the mean token log-prob + an AdamW update."""
+  cfg = model.cfg
+  graphdef, params = nnx.split(model)
+  tokens_NT = _tokens(cfg, sizes.forward_rows, sizes.forward_tokens, seed=2)
+  optimizer = optax.adamw(1e-6)
+  opt_state = optimizer.init(params)
+
+  def loss(params, tokens_NT):
+    m = nnx.merge(graphdef, params)
+    h_NTD, _ = m.hidden(tokens_NT[:, :-1])
+    logits_NTV = m.head(h_NTD)
+    logp_NTV = jax.nn.log_softmax(logits_NTV, axis=-1)
+    return -jnp.mean(jnp.take_along_axis(logp_NTV, tokens_NT[:, 1:, None], axis=-1))
+
+  @jax.jit
+  def step(params, opt_state, tokens_NT):
+    value, grads = jax.value_and_grad(loss)(params, tokens_NT)
+    updates, opt_state = optimizer.update(grads, opt_state, params)
+    return optax.apply_updates(params, updates), opt_state, value
+
+  params, opt_state, value = step(params, opt_state, tokens_NT)
+  value.block_until_ready()
+  state = {"p": params, "o": opt_state}
+
+  def once():
+    state["p"], state["o"], v = step(state["p"], state["o"], tokens_NT)
+    v.block_until_ready()
+
+  seconds = timing.median_time(once, sizes.repeats)
+  n_tokens = sizes.forward_rows * sizes.forward_tokens
+  return 3 * forward_flops(cfg, sizes.forward_rows, sizes.forward_tokens) / seconds, n_tokens / seconds
