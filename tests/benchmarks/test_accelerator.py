@@ -10,7 +10,8 @@ import pytest
 BENCH = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(__file__))), "benchmarks")
 
 
-def test_dry_run_end_to_end(capsys):
+def test_dry_run_end_to_end(capsys, monkeypatch):
+  monkeypatch.delenv("JAX_PLATFORMS", raising=False)  # the dry run sets it; restored after
   sys.path.insert(0, BENCH)
   try:
     import accelerator  # pylint: disable=g-import-not-at-top

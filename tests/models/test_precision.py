@@ -70,7 +70,8 @@ def test_bf16_compute_is_close_to_float32_on_tiny_models(cfg):
   h_NTD, _ = bf16.hidden(tokens_NT)
   assert h_NTD.dtype == jnp.bfloat16
   # Masters untouched: same float32 arrays as the float32 model.
-  for (_, a), (_, b) in zip(nnx.to_flat_state(nnx.state(model)), nnx.to_flat_state(nnx.state(bf16))):
+  pairs = zip(nnx.to_flat_state(nnx.state(model)), nnx.to_flat_state(nnx.state(bf16)))
+  for (_, a), (_, b) in pairs:
     assert a.get_value().dtype == jnp.float32 and a.get_value() is b.get_value()
 
 
