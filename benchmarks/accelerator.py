@@ -16,9 +16,9 @@ CPU) over float32 parameters:
     matmul parameters) per token + the causal attention products;
   sampler: ``Sampler.sample`` (prefill + decode, EOS ignored) of R rows; FLOPs = 2 x weights per
     prompt and generated token (decode is memory-bound: this fraction is expected to be small);
-  train (when ``arenarl_jax/train_step.py`` exists, or with ``--train``): a generic step,
-    value-and-grad of the mean token log-prob plus an AdamW update (3 x the forward's FLOPs),
-    standing for the train step's cost until the benchmark calls that module's own step.
+  train (when ``arenarl_jax/train_step.py`` exists, or with ``--train=on``): its
+    ``Trainer.step`` on B x T tokens (without that module: a generic value-and-grad of the mean
+    token log-prob plus AdamW), counted as 3 x the forward's FLOPs.
 Each fraction = achieved FLOP/s / ceiling FLOP/s. ``--dry_run`` runs the same code on the CPU
 backend with tiny sizes; there the Qwen3-0.6B shape is replaced by a scaled-down Qwen3-family
 config (same family and features: qk-norm, GQA, tied head; 2 layers, width 64), SmolLM2 keeps
@@ -100,8 +100,8 @@ def main(argv=None) -> dict[str, float]:
   parser.add_argument("--dry_run", action="store_true", help="CPU backend, tiny sizes")
   parser.add_argument("--skip_tests", action="store_true", help="no pytest step")
   parser.add_argument("--cache_dir", default=None, help="converted-parameter cache (SmolLM2)")
-  parser.add_argument("--train", action="store_true",
-                      help="measure the train step even before arenarl_jax/train_step.py exists")
+  parser.add_argument("--train", choices=("auto", "on", "off"), default="auto",
+                      help="the train step: auto = when arenarl_jax/train_step.py exists")
   args = parser.parse_args(argv)
   if args.dry_run:
     os.environ["JAX_PLATFORMS"] = "cpu"
@@ -121,7 +121,8 @@ def main(argv=None) -> dict[str, float]:
   ceiling = measure.matmul_ceiling(sizes.ceiling_n, sizes.repeats)
   print(f"bf16 matmul ceiling: {ceiling / 1e12:.3f} TFLOP/s at n={sizes.ceiling_n}")
   result["ceiling_tflops"] = round(ceiling / 1e12, 4)
-  train = args.train or importlib.util.find_spec("arenarl_jax.train_step") is not None
+  train = args.train == "on" or (
+      args.train == "auto" and importlib.util.find_spec("arenarl_jax.train_step") is not None)
 
   loaders = (("smollm2", lambda: measure.smollm2(args.cache_dir, args.dry_run)),
              ("qwen3_06b", lambda: measure.qwen3_06b(args.dry_run)))

@@ -116,6 +116,47 @@ def sampler(model: Transformer, sizes) -> tuple[float, float]:
 
 
 def train(model: Transformer, sizes) -> tuple[float, float]:
+  """(FLOP/s, tokens/s) of one RL update: ``train_step.Trainer.step`` (clipped objective with
+  the k3 KL, AdamW) where that module exists, else ``generic_train``; 3 x the forward's FLOPs
+  (the reference log-probs' extra forward is not counted)."""
+  try:
+    from arenarl_jax import losses, train_step  # pylint: disable=g-import-not-at-top
+  except ImportError:
+    return generic_train(model, sizes)
+  cfg = model.cfg
+  n, t = sizes.forward_rows, sizes.forward_tokens
+  graphdef, state = nnx.split(model)
+  params = nnx.to_pure_dict(state)
+  mesh = jax.sharding.Mesh(np.asarray(jax.devices()[:1]).reshape(1, 1, 1),
+                           ("data", "fsdp", "tensor"))
+  loss_cfg = losses.LossConfig(ratio="token", kl="k3", kl_coef=0.02, clip_low=0.2,
+                               clip_high=0.28, aggregation="seq_mean_token_mean")
+  optim = dict(lr=1e-6, weight_decay=0.1, b1=0.9, b2=0.98, grad_clip=1.0, schedule="constant",
+               warmup_steps=0)
+  trainer = train_step.Trainer(graphdef, params, mesh, loss_cfg,
+                               train_step.make_optimizer(optim, 100))
+  holder = {"state": trainer.init_state(params)}
+  ref = trainer.place_params(params)
+  rng = np.random.default_rng(0)
+  mask = np.ones((n, t), np.float32)
+  mask[:, : t // 8] = 0.0  # a prompt
+  batch = trainer.put_batch({
+      "tokens_NT": np.asarray(_tokens(cfg, n, t, seed=2), np.int32), "loss_mask_NT": mask,
+      "advantages_N": rng.normal(size=n).astype(np.float32),
+      "temperature_N": np.ones(n, np.float32), "sampler_logp_NT": np.zeros((n, t), np.float32),
+      "policy_step_N": np.zeros(n, np.int32)})
+  batch["old_logp_NT"] = trainer.logprobs(holder["state"].params, batch)
+
+  def once():
+    holder["state"], metrics = trainer.step(holder["state"], ref, batch)
+    jax.block_until_ready(metrics)
+
+  once()  # compile
+  seconds = timing.median_time(once, sizes.repeats)
+  return 3 * forward_flops(cfg, n, t) / seconds, n * t / seconds
+
+
+def generic_train(model: Transformer, sizes) -> tuple[float, float]:
   """(FLOP/s, tokens/s) of value-and-grad of the mean token log-prob + an AdamW update."""
   cfg = model.cfg
   graphdef, params = nnx.split(model)
