@@ -31,8 +31,8 @@ class RMSNorm(nnx.Module):
 class Linear(nnx.Module):
   """x @ kernel (+ bias); kernel stored [in, out] (HF stores [out, in]: loaders transpose).
 
-  The parameters keep their own dtype (float32 masters) and are cast to the input's dtype at use,
-  so the model's compute dtype is set once, where the embedding enters (``Transformer``)."""
+  The parameters keep their own dtype (float32 masters) and are cast to the input's dtype at use:
+  the input's dtype is the model's compute dtype, set by the norm in front (``RMSNorm.out_dtype``)."""
 
   def __init__(self, d_in: int, d_out: int, *, bias: bool, dtype, rngs: nnx.Rngs):
     init = jax.random.normal(rngs.params(), (d_in, d_out), jnp.float32) * (d_in ** -0.5)
