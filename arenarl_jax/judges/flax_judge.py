@@ -45,8 +45,10 @@ from typing import Any, Callable, Sequence
 import jax
 import numpy as np
 from flax import nnx
+from jax.sharding import Mesh
 
 from arenarl_jax import chat_format
+from arenarl_jax import sharding
 from arenarl_jax.judges import flax_programs
 from arenarl_jax.judges import flax_reads
 from arenarl_jax.judges import render
@@ -110,7 +112,10 @@ class FlaxJudge:
 
   def __init__(self, model: nnx.Module, tokenizer, config: FlaxJudgeConfig = FlaxJudgeConfig(),
                rubric: rubric_lib.Rubric | str = "travel", compact: bool = False,
-               limits: render.RenderLimits = render.RenderLimits()):
+               limits: render.RenderLimits = render.RenderLimits(), mesh: Mesh | None = None):
+    """``mesh``: the parameters are placed by ``sharding.py``'s partition rules (as
+    ``load_model(mesh=...)`` places them) and the compiled programs run over it; the CPU
+    attention kernel (unsharded programs only) is then not used."""
     self.config = config
     self.tokenizer = tokenizer
     self.rubric = rubric_lib.load_rubric(rubric)
@@ -120,9 +125,13 @@ class FlaxJudge:
     self.metrics = stats.JudgeMetrics()
     self.counts: collections.Counter = collections.Counter()  # flax-only counters, see snapshot()
     self.model = model
+    self.mesh = mesh
     self.graphdef, self.params = nnx.split(model)
+    if mesh is not None:
+      self.params = sharding.shard_params(self.params, mesh)
     # The CPU attention kernel: only for the library's own Transformer (its ``fill`` takes it).
-    self.kernel = token_step.supports(model) and cache_attention.available(model.cfg.dtype)
+    self.kernel = (mesh is None and token_step.supports(model)
+                   and cache_attention.available(model.cfg.act_dtype))
     self.buckets = bucketing.stepped_buckets(config.max_user_tokens, config.min_bucket,
                                              config.bucket_step)
     self.row_buckets = bucketing.power_of_two_buckets(config.max_rows, 1)

@@ -38,10 +38,11 @@ def supports(model) -> bool:
 
 def transposed_kernels(model) -> tuple[tuple[tuple[jax.Array, ...], ...], jax.Array]:
   """(per layer the q, k, v, o, gate, up, down kernels as [out, in], the head as [V, D])."""
-  layers = tuple(tuple(getattr(getattr(layer, part), name).kernel[...].T
+  dt = model.cfg.act_dtype
+  layers = tuple(tuple(getattr(getattr(layer, part), name).kernel[...].T.astype(dt)
                        for part, name in _LAYER_KERNELS) for layer in model.layers)
   head = model.embed[...] if model.lm_head is None else model.lm_head.kernel[...].T
-  return layers, head
+  return layers, head.astype(dt)
 
 
 def _matmul(w_ED, x_DN, dtype=None):
@@ -54,7 +55,7 @@ def _matmul(w_ED, x_DN, dtype=None):
 def _linear(linear, w_ED, x_DN):
   """A Linear layer on feature-major activations: [E, N] (its bias, if any, added per row)."""
   y_EN = _matmul(w_ED, x_DN)
-  return y_EN + linear.bias[...][:, None] if linear.bias is not None else y_EN
+  return y_EN + linear.bias[...][:, None].astype(y_EN.dtype) if linear.bias is not None else y_EN
 
 
 def _rows(y_EN):

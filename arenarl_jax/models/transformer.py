@@ -27,9 +27,9 @@ class Block(nnx.Module):
   """Pre-norm residual block: x + attn(norm(x)); x + mlp(norm(x))."""
 
   def __init__(self, cfg: ModelConfig, *, rngs: nnx.Rngs):
-    self.attn_norm = RMSNorm(cfg.d_model, cfg.norm_eps, cfg.dtype)
+    self.attn_norm = RMSNorm(cfg.d_model, cfg.norm_eps, cfg.dtype, cfg.act_dtype)
     self.attn = Attention(cfg, rngs=rngs)
-    self.mlp_norm = RMSNorm(cfg.d_model, cfg.norm_eps, cfg.dtype)
+    self.mlp_norm = RMSNorm(cfg.d_model, cfg.norm_eps, cfg.dtype, cfg.act_dtype)
     self.mlp = MLP(cfg.d_model, cfg.ffn_dim, dtype=cfg.dtype, rngs=rngs)
 
   def __call__(self, x_NTD, cos, sin, positions_NT, *, mask_NT=None, cache_kv=None,
@@ -48,7 +48,7 @@ class Transformer(nnx.Module):
     embed = jax.random.normal(rngs.params(), (cfg.vocab_size, cfg.d_model), jnp.float32) * 0.02
     self.embed = nnx.Param(embed.astype(cfg.dtype))
     self.layers = nnx.List([Block(cfg, rngs=rngs) for _ in range(cfg.n_layers)])
-    self.final_norm = RMSNorm(cfg.d_model, cfg.norm_eps, cfg.dtype)
+    self.final_norm = RMSNorm(cfg.d_model, cfg.norm_eps, cfg.dtype, cfg.act_dtype)
     self.lm_head = None if cfg.tie_embeddings else Linear(
         cfg.d_model, cfg.vocab_size, bias=False, dtype=cfg.dtype, rngs=rngs)
 
@@ -89,9 +89,10 @@ class Transformer(nnx.Module):
   def head(self, h_NTD):
     """Logits in float32 (tied: h @ embed^T)."""
     if self.lm_head is None:
-      return jnp.einsum("...d,vd->...v", h_NTD, self.embed[...],
+      return jnp.einsum("...d,vd->...v", h_NTD, self.embed[...].astype(h_NTD.dtype),
                         preferred_element_type=jnp.float32)
-    return (h_NTD @ self.lm_head.kernel[...]).astype(jnp.float32)
+    return jnp.matmul(h_NTD, self.lm_head.kernel[...].astype(h_NTD.dtype),
+                      preferred_element_type=jnp.float32)
 
   def __call__(self, tokens_NT, positions_NT=None, *, cache: KVCache | None = None, mask_NT=None):
     h_NTD, cache = self.hidden(tokens_NT, positions_NT, cache=cache, mask_NT=mask_NT)
