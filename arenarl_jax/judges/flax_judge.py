@@ -18,11 +18,10 @@ pairwise judge exists to break. Identical prompts (e.g. both orders of a self-ma
 once, so a self-match ties exactly, and distinct prompts run in a canonical order (by length, then
 tokens), so swapping P and Q swaps the two sums exactly. Rows run in chunks of ``max_rows`` with
 their text right-padded to length buckets (``bucket_step``): one compiled program per
-(rows, bucket). The programs are not sharded: they run on the default device. On CPU the
-attention to the cache (text and score branches) runs on the compiled kernel of
-``models.cache_attention`` (each query reads only its visible slots; no [rows, heads, T, slots]
-score tensor): a 4-row chunk of the judge benchmark 9.2-11.0 -> 7.6-8.2 s; benchmark 0.19 ->
-0.244 matches/s (benchmarks/README.md, session 8).
+(rows, bucket). The programs are not sharded: they run on the default device. The model's own
+API does the work (``fill``, ``branch_hidden``, ``head``), so attention runs on the model's chosen
+implementation (``model.attention``; on CPU the compiled kernel, which reads only each query's
+visible slots).
 
     judge = make_judge({"backend": "flax", "rubric": "travel", "flax": {"model": "smollm2"}})
     judge = FlaxJudge(model, tokenizer, FlaxJudgeConfig(max_rows=16), rubric="travel")
@@ -53,8 +52,6 @@ from arenarl_jax.judges import render
 from arenarl_jax.judges import rubric as rubric_lib
 from arenarl_jax.judges import stats
 from arenarl_jax.judges import verdict as verdict_lib
-from arenarl_jax.models import cache_attention
-from arenarl_jax.models import token_step
 from arenarl_jax.sampling import buckets as bucketing
 from arenarl_jax.types import Match, MatchResult, Trajectory
 
@@ -69,14 +66,14 @@ class FlaxJudgeConfig:
 
   model: str = "smollm2"  # make_flax_judge loads it: "smollm2", a .gguf file or an HF directory
   mode: str = "logit"  # one of MODES
-  # Prompts per compiled call (memory: rows x cache slots x layers); 8 measured ~10% faster than 4
-  # per match on the 2-core CPU with the attention kernel (benchmarks/README.md, session 8).
+  # Prompts per compiled call (memory: rows x cache slots x layers); 8 measured faster per match
+  # than 4 on CPU with the attention kernel (benchmarks/README.md).
   max_rows: int = 8
   max_user_tokens: int = 2048  # token budget of a prompt's match-specific part
   min_bucket: int = 64  # smallest padded length of that part (buckets double from it ...)
   bucket_step: int = 128  # ... up to 2*bucket_step, then grow by it (0: powers of two only)
-  # Logit mode: that part runs in blocks this long (with XLA attention: less masked attention; on
-  # the CPU kernel, 128 measured fastest: 7.6-8.2 s per 4-row chunk against 8.7-9.4 at 256).
+  # Logit mode: that part runs in blocks this long (with the reference attention: less masked
+  # attention; on the CPU kernel, 128 measured faster than 256).
   block_tokens: int = 128
   max_new_tokens: int = 384  # generative: verdict bound (full travel verdict ~180 SmolLM2 tokens)
   temperature: float = 0.0  # generative: 0 = greedy
@@ -121,8 +118,6 @@ class FlaxJudge:
     self.counts: collections.Counter = collections.Counter()  # flax-only counters, see snapshot()
     self.model = model
     self.graphdef, self.params = nnx.split(model)
-    # The CPU attention kernel: only for the library's own Transformer (its ``fill`` takes it).
-    self.kernel = token_step.supports(model) and cache_attention.available(model.cfg.dtype)
     self.buckets = bucketing.stepped_buckets(config.max_user_tokens, config.min_bucket,
                                              config.bucket_step)
     self.row_buckets = bucketing.power_of_two_buckets(config.max_rows, 1)
@@ -223,8 +218,7 @@ class FlaxJudge:
       cache = None
       if self.config.mode == "logit":
         before = sum(flax_programs.TRACES.values())
-        cache = flax_programs.prefill_prefix(self.graphdef, self.params, np.asarray([ids]),
-                                             kernel=self.kernel)
+        cache = flax_programs.prefill_prefix(self.graphdef, self.params, np.asarray([ids]))
         self.counts["compiles"] += sum(flax_programs.TRACES.values()) - before
       self._prefix[verdict_mode] = (ids, cache)
     return self._prefix[verdict_mode]
@@ -274,7 +268,7 @@ class FlaxJudge:
       start = time.perf_counter()
       probs, mass = jax.device_get(flax_programs.score_rows(
           self.graphdef, self.params, prefix, tokens, lengths, layout=layout,
-          block=self.config.block_tokens, kernel=self.kernel))
+          block=self.config.block_tokens))
       self.metrics.latency(time.perf_counter() - start)
       self.counts["calls"] += 1
       self.counts["compiles"] += sum(flax_programs.TRACES.values()) - before

@@ -12,7 +12,7 @@ from arenarl_jax.models.config import ModelConfig
 from arenarl_jax.models.embedded import find_smollm2_gguf
 from arenarl_jax.models.gguf_io import load_gguf
 from arenarl_jax.models.safetensors_io import load_hf_dir
-from arenarl_jax.models.transformer import Transformer
+from arenarl_jax.models.transformer import Transformer, set_attention
 
 log = logging.getLogger(__name__)
 
@@ -34,14 +34,20 @@ def resolve_source(source: str) -> tuple[str, str]:
                           "or an HF checkpoint directory")
 
 
-def load_model(source: str, *, cache_dir: str | None = None, dtype=None,
-               use_cache: bool = True) -> tuple[ModelConfig, Transformer]:
-  """Loads ``source`` ("smollm2", a .gguf path or an HF dir); params in ``dtype`` (float32).
+def load_model(source: str, *, cache_dir: str | None = None, dtype=None, use_cache: bool = True,
+               attention: str = "auto") -> tuple[ModelConfig, Transformer]:
+  """Loads ``source`` ("smollm2", a .gguf path or an HF dir); params in ``dtype`` (float32);
+  ``attention``: the model's attention implementation (``models/attention_choice.py``).
 
   GGUF conversions (dequantize + un-permute, seconds) are cached with orbax under ``cache_dir``
   (default ``param_cache.default_cache_dir()``); HF safetensors directories are read directly
   (memory-mapped, already as fast as a cache would be).
   """
+  cfg, model = _load(source, cache_dir, dtype, use_cache)
+  return cfg, set_attention(model, attention)
+
+
+def _load(source: str, cache_dir: str | None, dtype, use_cache: bool):
   kind, path = resolve_source(source)
   if kind == "hf_dir":
     return load_hf_dir(path, dtype=dtype)

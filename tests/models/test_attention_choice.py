@@ -1,0 +1,100 @@
+"""Every attention implementation equals the reference at the seam: full sequences with left
+padding, cache chunks at per-row offsets after shared prompt prefixes, decode, and tree branches
+with extra keys, for GQA ratios 1-7 and head sizes 32-128 (float32, within 1e-5)."""
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from arenarl_jax.models import attention_choice
+from arenarl_jax.models.attention import ReferenceAttention
+from arenarl_jax.models.cpu import kernel
+from arenarl_jax.models.kv_cache import LayerCache
+
+IMPLEMENTATIONS = ["dot_product_attention", pytest.param("cpu_kernel", marks=pytest.mark.skipif(
+    not kernel.available(), reason="no C++ compiler / not a CPU backend"))]
+# (R = query heads per KV head, F = head size): every ratio 1-7, sizes 32-128.
+SHAPES = [(1, 32), (2, 64), (3, 48), (4, 128), (5, 96), (6, 64), (7, 32)]
+KV = 2
+REF = ReferenceAttention()
+
+
+def _arr(rng, *shape):
+  return jnp.asarray(rng.normal(size=shape), jnp.float32)
+
+
+def _close(got, want):
+  np.testing.assert_allclose(np.asarray(got), np.asarray(want), atol=1e-5, rtol=0)
+
+
+def _layer(rng, f, s, prefix: bool):
+  """4 rows; with ``prefix`` 2 prompts (5 and 9 positions) shared by G = 2 rows each."""
+  k, v = _arr(rng, 4, KV, f, s), _arr(rng, 4, KV, s, f)
+  if not prefix:
+    return LayerCache(k, v, jnp.zeros((4,), jnp.int32))
+  lengths_B = jnp.asarray([5, 9], jnp.int32)
+  return LayerCache(k, v, jnp.repeat(lengths_B, 2), _arr(rng, 2, KV, f, 9),
+                    _arr(rng, 2, KV, 9, f), lengths_B)
+
+
+@pytest.mark.parametrize("name", IMPLEMENTATIONS)
+@pytest.mark.parametrize("r,f", SHAPES)
+def test_every_call_equals_the_reference(name, r, f):
+  impl = attention_choice.resolve(name)
+  assert impl.name == name
+  rng = np.random.default_rng(r * 1000 + f)
+  # Full sequence, rows left-padded by 0, 3 and 6 tokens (compared at the real queries).
+  t = 11
+  q, k, v = _arr(rng, 3, t, KV, r, f), _arr(rng, 3, t, KV, f), _arr(rng, 3, t, KV, f)
+  mask_NT = jnp.arange(t)[None, :] >= jnp.asarray([0, 3, 6])[:, None]
+  got = jax.jit(impl.sequence)(q, k, v, mask_NT)
+  want = REF.sequence(q, k, v, mask_NT)
+  _close(jnp.where(mask_NT[..., None, None, None], got, 0),
+         jnp.where(mask_NT[..., None, None, None], want, 0))
+  _close(jax.jit(impl.sequence)(q, k, v, None), REF.sequence(q, k, v, None))
+  for prefix in (False, True):
+    layer = _layer(rng, f, 24, prefix)
+    # A chunk of 7 tokens and a decode token at per-row offsets in the rows' own buffers.
+    for t in (7, 1):
+      q, k, v = _arr(rng, 4, t, KV, r, f), _arr(rng, 4, t, KV, f), _arr(rng, 4, t, KV, f)
+      positions_NT = (layer.start_N + jnp.asarray([0, 5, 2, 16]))[:, None] + jnp.arange(t)
+      got, (gk, gv) = jax.jit(impl.cache)(q, k, v, positions_NT, layer)
+      want, (wk, wv) = REF.cache(q, k, v, positions_NT, layer)
+      _close(got, want)
+      _close(gk, wk)
+      _close(gv, wv)
+    # Tree branches: 6 nodes (two branches sharing a root) after each row's first lengths_N.
+    parent = [-1, 0, 1, 0, 3, 4]
+    sees = np.eye(6, dtype=bool)
+    for node, up in enumerate(parent):
+      if up >= 0:
+        sees[node] |= sees[up]
+    q, k, v = _arr(rng, 4, 6, KV, r, f), _arr(rng, 4, 6, KV, f), _arr(rng, 4, 6, KV, f)
+    lengths_N = layer.start_N + jnp.asarray([1, 12, 24, 7])
+    sees_TT = jnp.asarray(sees)
+    got = jax.jit(impl.branch)(q, k, v, layer, lengths_N, sees_TT)
+    _close(got, REF.branch(q, k, v, layer, lengths_N, sees_TT))
+
+
+def test_a_branch_is_its_own_causal_sequence():
+  """The reference's tree branch equals a cache chunk holding exactly the branch's path."""
+  rng = np.random.default_rng(3)
+  f, r = 32, 2
+  layer = _layer(rng, f, 16, prefix=False)
+  q, k, v = _arr(rng, 4, 3, KV, r, f), _arr(rng, 4, 3, KV, f), _arr(rng, 4, 3, KV, f)
+  lengths_N = jnp.asarray([4, 4, 4, 4])
+  # Nodes 0 -> 1 and 0 -> 2: node 2 must not see node 1.
+  sees_TT = jnp.asarray([[1, 0, 0], [1, 1, 0], [1, 0, 1]], bool)
+  got = REF.branch(q, k, v, layer, lengths_N, sees_TT)
+  for path in ([0, 1], [0, 2]):
+    idx = jnp.asarray(path)
+    want, _ = REF.cache(q[:, idx], k[:, idx], v[:, idx], 4 + jnp.arange(2)[None].repeat(4, 0),
+                        layer)
+    _close(got[:, idx], want)
+
+
+def test_choices_and_auto():
+  assert attention_choice.resolved_name("auto") == "cpu_kernel"  # the tests run on CPU
+  assert attention_choice.resolve("reference").feature_major_decode is False
+  with pytest.raises(ValueError, match="model.attention must be one of"):
+    attention_choice.check("flash")
