@@ -37,6 +37,28 @@ def _layer(rng, f, s, prefix: bool):
                     _arr(rng, 2, KV, 9, f), lengths_B)
 
 
+def _tree_sees():
+  """[6, 6] tree mask: nodes 0 -> 1 -> 2 and 0 -> 3 -> 4 -> 5 (two branches sharing a root)."""
+  parent = [-1, 0, 1, 0, 3, 4]
+  sees = np.eye(6, dtype=bool)
+  for node, up in enumerate(parent):
+    if up >= 0:
+      sees[node] |= sees[up]
+  return jnp.asarray(sees)
+
+
+def _calls(impl, inputs):
+  """Every kind of call of ``impl`` on ``inputs`` (one jitted program per implementation)."""
+  seq, mask_NT, per_layer = inputs
+  out = [impl.sequence(*seq, mask_NT), impl.sequence(*seq, None)]
+  for layer, chunks, branch in per_layer:
+    for q, k, v, positions_NT in chunks:
+      got, (gk, gv) = impl.cache(q, k, v, positions_NT, layer)
+      out += [got, gk, gv]
+    out.append(impl.branch(*branch[:3], layer, *branch[3:]))
+  return out
+
+
 @pytest.mark.parametrize("name", IMPLEMENTATIONS)
 @pytest.mark.parametrize("r,f", SHAPES)
 def test_every_call_equals_the_reference(name, r, f):
@@ -45,35 +67,25 @@ def test_every_call_equals_the_reference(name, r, f):
   rng = np.random.default_rng(r * 1000 + f)
   # Full sequence, rows left-padded by 0, 3 and 6 tokens (compared at the real queries).
   t = 11
-  q, k, v = _arr(rng, 3, t, KV, r, f), _arr(rng, 3, t, KV, f), _arr(rng, 3, t, KV, f)
+  seq = (_arr(rng, 3, t, KV, r, f), _arr(rng, 3, t, KV, f), _arr(rng, 3, t, KV, f))
   mask_NT = jnp.arange(t)[None, :] >= jnp.asarray([0, 3, 6])[:, None]
-  got = jax.jit(impl.sequence)(q, k, v, mask_NT)
-  want = REF.sequence(q, k, v, mask_NT)
-  _close(jnp.where(mask_NT[..., None, None, None], got, 0),
-         jnp.where(mask_NT[..., None, None, None], want, 0))
-  _close(jax.jit(impl.sequence)(q, k, v, None), REF.sequence(q, k, v, None))
+  per_layer = []
   for prefix in (False, True):
     layer = _layer(rng, f, 24, prefix)
     # A chunk of 7 tokens and a decode token at per-row offsets in the rows' own buffers.
-    for t in (7, 1):
-      q, k, v = _arr(rng, 4, t, KV, r, f), _arr(rng, 4, t, KV, f), _arr(rng, 4, t, KV, f)
-      positions_NT = (layer.start_N + jnp.asarray([0, 5, 2, 16]))[:, None] + jnp.arange(t)
-      got, (gk, gv) = jax.jit(impl.cache)(q, k, v, positions_NT, layer)
-      want, (wk, wv) = REF.cache(q, k, v, positions_NT, layer)
-      _close(got, want)
-      _close(gk, wk)
-      _close(gv, wv)
-    # Tree branches: 6 nodes (two branches sharing a root) after each row's first lengths_N.
-    parent = [-1, 0, 1, 0, 3, 4]
-    sees = np.eye(6, dtype=bool)
-    for node, up in enumerate(parent):
-      if up >= 0:
-        sees[node] |= sees[up]
-    q, k, v = _arr(rng, 4, 6, KV, r, f), _arr(rng, 4, 6, KV, f), _arr(rng, 4, 6, KV, f)
-    lengths_N = layer.start_N + jnp.asarray([1, 12, 24, 7])
-    sees_TT = jnp.asarray(sees)
-    got = jax.jit(impl.branch)(q, k, v, layer, lengths_N, sees_TT)
-    _close(got, REF.branch(q, k, v, layer, lengths_N, sees_TT))
+    chunks = [(_arr(rng, 4, t, KV, r, f), _arr(rng, 4, t, KV, f), _arr(rng, 4, t, KV, f),
+               (layer.start_N + jnp.asarray([0, 5, 2, 16]))[:, None] + jnp.arange(t))
+              for t in (7, 1)]
+    # Tree branches after each row's first lengths_N positions.
+    branch = (_arr(rng, 4, 6, KV, r, f), _arr(rng, 4, 6, KV, f), _arr(rng, 4, 6, KV, f),
+              layer.start_N + jnp.asarray([1, 12, 24, 7]), _tree_sees())
+    per_layer.append((layer, chunks, branch))
+  inputs = (seq, mask_NT, per_layer)
+  got, want = jax.jit(lambda x: (_calls(impl, x), _calls(REF, x)))(inputs)
+  real = mask_NT[..., None, None, None]
+  _close(jnp.where(real, got[0], 0), jnp.where(real, want[0], 0))
+  for a, b in zip(got[1:], want[1:]):
+    _close(a, b)
 
 
 def test_a_branch_is_its_own_causal_sequence():
