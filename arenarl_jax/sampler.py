@@ -40,8 +40,8 @@ class Sampler:
   ``cache_len`` is the most tokens a row can hold. The cache starts at the smallest of
   ``cache_sizes`` that fits and grows to the next one when a row needs room, between turns and
   within a turn (decode pauses, the state moves, decoding resumes with the same tokens):
-  XLA's attention reads every slot of the cache (the CPU kernel only the filled ones), so short
-  rows stay cheap and hold little memory. Each size compiles its programs once. The default
+  The reference attention reads every slot of the cache (the CPU kernel only the filled ones), so
+  short rows stay cheap and hold little memory. Each size compiles its programs once. The default
   ladder is ``cache_size_ladder(cache_len)`` (32, 64, 96, 128, 192, 256, ..., cache_len);
   ``cache_sizes=()`` keeps the cache at cache_len throughout.
   Decode steps run as the model's attention choice says (``model.attention``): with

@@ -89,11 +89,9 @@ def bench_flax(n_matches: int, max_rows: int, attention: str = "auto") -> tuple[
   (max_rows, bucket) program the timed call uses; the timed call must compile nothing.
   """
   from arenarl_jax.judges import flax_judge  # pylint: disable=g-import-not-at-top
-  from arenarl_jax.models import loading  # pylint: disable=g-import-not-at-top
-  model = loading.load_model("smollm2", attention=attention)[1]
   judge = flax_judge.make_flax_judge({"rubric": "travel", "flax": {
-      "model": "smollm2", "max_rows": max_rows, "max_user_tokens": 2048}},
-      model=model, tokenizer=loading.load_tokenizer("smollm2"))
+      "model": "smollm2", "max_rows": max_rows, "max_user_tokens": 2048,
+      "attention": attention}})
   start = time.perf_counter()
   judge.judge(make_matches(max(1, max_rows // 2), seed=99))  # warm-up
   warmup_s = time.perf_counter() - start

@@ -60,7 +60,7 @@ def matmul_ceiling_fn(model, rows: int, feature_major: bool):
     layers, head = token_step.transposed_kernels(model)
     x_ND = x_ND.T.copy()  # [D, N]
 
-  def mm(a, b):  # as token_step: a barrier keeps XLA from refolding the transposed form
+  def mm(a, b):  # as models/cpu/decode.py: a barrier keeps XLA from refolding the transposed form
     return jax.lax.optimization_barrier(a @ b) if feature_major else a @ b
 
   @compile_options.program  # compiled exactly as the sampler's programs are

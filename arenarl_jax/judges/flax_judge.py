@@ -52,6 +52,7 @@ from arenarl_jax.judges import render
 from arenarl_jax.judges import rubric as rubric_lib
 from arenarl_jax.judges import stats
 from arenarl_jax.judges import verdict as verdict_lib
+from arenarl_jax.models import attention_choice
 from arenarl_jax.sampling import buckets as bucketing
 from arenarl_jax.types import Match, MatchResult, Trajectory
 
@@ -65,6 +66,7 @@ class FlaxJudgeConfig:
   """Settings of the local judge (``judge.flax`` in configs)."""
 
   model: str = "smollm2"  # make_flax_judge loads it: "smollm2", a .gguf file or an HF directory
+  attention: str = "auto"  # the loaded model's attention (model.attention's choices)
   mode: str = "logit"  # one of MODES
   # Prompts per compiled call (memory: rows x cache slots x layers); 8 measured faster per match
   # than 4 on CPU with the attention kernel (benchmarks/README.md).
@@ -82,6 +84,7 @@ class FlaxJudgeConfig:
   def __post_init__(self):
     if self.mode not in MODES:
       raise ValueError(f"judge.flax.mode must be one of {MODES}, got {self.mode!r}")
+    attention_choice.check(self.attention, "judge.flax.attention")
     for name, least in (("max_rows", 1), ("max_user_tokens", 1), ("min_bucket", 1),
                         ("bucket_step", 0), ("block_tokens", 1), ("max_new_tokens", 1)):
       value = getattr(self, name)
@@ -314,14 +317,14 @@ def make_flax_judge(cfg: Any, model: nnx.Module | None = None, tokenizer=None) -
     raise ValueError("make_judge(backend='flax'): pass both model= and tokenizer=, or neither "
                      "(then judge.flax.model is loaded)")
   if model is None:
-    model, tokenizer = load_judge_model(config.model)
+    model, tokenizer = load_judge_model(config.model, config.attention)
   return FlaxJudge(model, tokenizer, config, rubric=cfg.get("rubric", "travel"),
                    compact=bool(cfg.get("compact", False)),
                    limits=judges.from_config(render.RenderLimits, cfg.get("render"),
                                              "judge.render"))
 
 
-def load_judge_model(source: str):
+def load_judge_model(source: str, attention: str = "auto"):
   """(model, tokenizer) from "smollm2" (the embedded GGUF), a .gguf file or an HF directory."""
   from arenarl_jax.models import loading  # pylint: disable=g-import-not-at-top
-  return loading.load_model(source)[1], loading.load_tokenizer(source)
+  return loading.load_model(source, attention=attention)[1], loading.load_tokenizer(source)

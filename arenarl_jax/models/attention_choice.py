@@ -36,8 +36,8 @@ CHOICES = ("auto", "reference", "dot_product_attention", "cpu_kernel")
 
 
 def _dot_product():
-  from arenarl_jax.models.dot_product_attention import DotProductAttention  # pylint: disable=g-import-not-at-top
-  return DotProductAttention()
+  from arenarl_jax.models import dot_product_attention  # pylint: disable=g-import-not-at-top
+  return dot_product_attention.DotProductAttention()
 
 
 def _cpu():

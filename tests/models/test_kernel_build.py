@@ -33,7 +33,8 @@ def test_cache_dir_is_private_and_a_tampered_library_is_rebuilt(fake_compiler):
   lib = build.build()
   folder = lib.parent
   assert stat.S_IMODE(os.stat(folder).st_mode) == 0o700 and fake_compiler() == 1
-  assert lib.with_suffix(".sha256").read_text().strip() == build._sha256(lib)  # pylint: disable=protected-access
+  recorded = lib.with_suffix(".sha256").read_text().strip()
+  assert recorded == build._sha256(lib)  # pylint: disable=protected-access
   assert build.build() == lib and fake_compiler() == 1  # verified cache hit
   lib.write_text("tampered")
   assert build.build() == lib and fake_compiler() == 2  # refused, rebuilt in place

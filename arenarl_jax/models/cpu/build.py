@@ -1,4 +1,4 @@
-"""Builds, verifies and registers the CPU attention kernel (``cache_attention.cc``, an XLA FFI call).
+"""Builds, verifies and registers the CPU attention kernel (``cache_attention.cc``, XLA FFI).
 
 The kernel is compiled on first use with the system C++ compiler (``$CXX``, default g++) and
 jaxlib's FFI headers, and cached on disk by a hash of (source, compiler, flags, jax version) in
