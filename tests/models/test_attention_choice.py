@@ -110,3 +110,26 @@ def test_choices_and_auto():
   assert attention_choice.resolve("reference").feature_major_decode is False
   with pytest.raises(ValueError, match="model.attention must be one of"):
     attention_choice.check("flash")
+
+
+def test_dot_product_attention_in_bfloat16_is_near_the_float32_reference():
+  """bfloat16 inputs (the dtype cuDNN needs on GPU; XLA's implementation here): max |error|
+  <= 2e-2 x max |value| of the float32 reference on the same values."""
+  impl = attention_choice.resolve("dot_product_attention")
+  rng = np.random.default_rng(11)
+  r, f = 3, 64
+  layer = _layer(rng, f, 24, prefix=True)
+  q, k, v = _arr(rng, 4, 7, KV, r, f), _arr(rng, 4, 7, KV, f), _arr(rng, 4, 7, KV, f)
+  positions_NT = (layer.start_N + jnp.asarray([0, 5, 2, 16]))[:, None] + jnp.arange(7)
+  bf = lambda x: x.astype(jnp.bfloat16)
+  layer_bf = jax.tree.map(lambda x: bf(x) if x.dtype == jnp.float32 else x, layer)
+  up = lambda x: x.astype(jnp.float32)
+  layer_up = jax.tree.map(lambda x: up(x) if x.dtype == jnp.bfloat16 else x, layer_bf)
+  for got, want in (
+      (impl.sequence(bf(q), bf(k), bf(v), None),
+       REF.sequence(up(bf(q)), up(bf(k)), up(bf(v)), None)),
+      (impl.cache(bf(q), bf(k), bf(v), positions_NT, layer_bf)[0],
+       REF.cache(up(bf(q)), up(bf(k)), up(bf(v)), positions_NT, layer_up)[0])):
+    assert got.dtype == jnp.bfloat16
+    err = np.max(np.abs(np.asarray(up(got)) - np.asarray(want)))
+    assert err <= 2e-2 * np.max(np.abs(np.asarray(want)))
