@@ -6,6 +6,11 @@ sets (the row's cache, the prompt's shared prefix, a branch's own tokens) is mer
 out = sum_i exp(lse_i - lse) out_i with lse = logaddexp_i lse_i. The cache's keys are stored
 [N, K, F, S] (the layout the CPU paths read as stored) and are transposed for the call.
 
+Decode (one query token per row against the cache) uses the reference attention, which reads the
+cache in its stored layout: a flash kernel brings nothing at one query per row, and the call
+would transpose every layer's keys and values at every step (the slot for a decode kernel is in
+``attention_choice``).
+
 Implementation: cuDNN flash attention (``implementation="cudnn"``) on GPU for full causal
 sequences without a padding mask in bfloat16/float16 with a head size that is a multiple of 8 up
 to 128 (cuDNN's constraints); XLA's implementation of the same call otherwise (any mask, any
@@ -92,7 +97,7 @@ class DotProductAttention(ReferenceAttention):
     return out.astype(v_NKSF.dtype).reshape(n, t, kv, r, f)
 
   def cache(self, q_NTKRF, k_NTKF, v_NTKF, positions_NT, layer: LayerCache):
-    if not _supported(q_NTKRF, layer.k):
+    if q_NTKRF.shape[1] == 1 or not _supported(q_NTKRF, layer.k):
       return super().cache(q_NTKRF, k_NTKF, v_NTKF, positions_NT, layer)
     k_NKFS, v_NKSF = layer.write(k_NTKF, v_NTKF, positions_NT)
     out = self._against_cache(q_NTKRF, k_NKFS, v_NKSF, layer, layer.slots(positions_NT) + 1)
