@@ -6,6 +6,7 @@ import pathlib
 import stat
 import subprocess
 import sys
+import tempfile
 
 import pytest
 
@@ -43,7 +44,8 @@ def test_cache_dir_is_private_and_a_tampered_library_is_rebuilt(fake_compiler):
   assert build.build() == lib and fake_compiler() == 3
 
 
-def test_a_foreign_writable_cache_dir_is_refused(fake_compiler, tmp_path, caplog):
+def test_a_foreign_writable_cache_dir_is_refused(fake_compiler, tmp_path, caplog, monkeypatch):
+  monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))  # the fallback directory goes here
   folder = tmp_path / "kernels"
   lib = build.build()
   assert lib.parent == folder and fake_compiler() == 1
@@ -52,6 +54,7 @@ def test_a_foreign_writable_cache_dir_is_refused(fake_compiler, tmp_path, caplog
     other = build.build()
   assert "not private" in caplog.text
   assert other.parent != folder and build.is_private(other.parent) and fake_compiler() == 2
+  assert other.parent.parent == tmp_path
 
 
 def _pytest_with_failing_compiler(tmp_path, require: bool):
