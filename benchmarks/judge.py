@@ -156,7 +156,7 @@ def bench_http(matches: list[Match], args) -> tuple[float, dict, list]:
 
 
 def bench_flax(matches: list[Match], max_rows: int, mode: str = "logit",
-               max_new_tokens: int = 192) -> tuple[float, dict, list]:
+               max_new_tokens: int = 192, attention: str = "auto") -> tuple[float, dict, list]:
   """Matches/s of the local Flax judge (SmolLM2 f32) in ``mode``, its metrics and results.
 
   The warm-up judges ``max_rows // 2`` other matches, which compiles the prefix and the
@@ -164,7 +164,8 @@ def bench_flax(matches: list[Match], max_rows: int, mode: str = "logit",
   Generative mode asks for the compact verdict (the HTTP side's tokens).
   """
   from arenarl_jax.judges import flax_judge  # pylint: disable=g-import-not-at-top
-  flax = {"model": "smollm2", "max_rows": max_rows, "max_user_tokens": 2048, "mode": mode}
+  flax = {"model": "smollm2", "max_rows": max_rows, "max_user_tokens": 2048, "mode": mode,
+          "attention": attention}
   if mode == "generative":
     flax["max_new_tokens"] = max_new_tokens
   judge = flax_judge.make_flax_judge({"rubric": "travel", "compact": mode == "generative",
@@ -226,6 +227,7 @@ def main() -> None:
   parser.add_argument("--n_threads_batch", type=int, default=2,
                       help="llama.cpp prompt-processing threads")
   parser.add_argument("--max_tokens", type=int, default=192)
+  parser.add_argument("--attention", default="auto", help="model.attention of the Flax judge")
   args = parser.parse_args()
   n_all = max(args.flax_matches, args.http_matches, args.generative_matches)
   matches = make_matches(n_all)
@@ -234,7 +236,8 @@ def main() -> None:
   verdicts: dict[str, list] = {}
   if args.flax_matches:
     print(f"matmul 1024^3 float32 now: {matmul_gflops():.0f} GFLOP/s")
-    rate["logit"], m, res = bench_flax(matches[:args.flax_matches], args.flax_max_rows)
+    rate["logit"], m, res = bench_flax(matches[:args.flax_matches], args.flax_max_rows,
+                                        attention=args.attention)
     verdicts["logit"] = winners(res)
     print(f"flax logit: {args.flax_matches} matches ({m['rows']} prompts, {m['tokens']} prompt "
           f"tokens after the shared {m['prefix_tokens']}-token prefix): {rate['logit']:.4f} "
@@ -246,7 +249,7 @@ def main() -> None:
   if args.flax_matches and args.generative_matches:
     n = min(args.generative_matches, args.flax_matches)
     rate["generative"], m, res = bench_flax(matches[:n], args.flax_max_rows, "generative",
-                                            args.max_tokens)
+                                            args.max_tokens, attention=args.attention)
     verdicts["generative"] = winners(res)
     print(f"flax generative: {n} matches ({m['rows']} prompts, compact verdict, at most "
           f"{args.max_tokens} new tokens, greedy): {rate['generative']:.4f} matches/s; "

@@ -17,7 +17,7 @@ from arenarl_jax.models.config import ModelConfig, resolve_compute_dtype
 from arenarl_jax.models.embedded import find_smollm2_gguf
 from arenarl_jax.models.gguf_io import load_gguf
 from arenarl_jax.models.safetensors_io import load_hf_dir
-from arenarl_jax.models.transformer import Transformer, abstract_model
+from arenarl_jax.models.transformer import Transformer, abstract_model, set_attention
 
 log = logging.getLogger(__name__)
 
@@ -52,8 +52,10 @@ def with_compute_dtype(cfg: ModelConfig, model: Transformer,
 
 def load_model(source: str, *, cache_dir: str | None = None, dtype=None,
                use_cache: bool = True, compute_dtype: str | None = None,
-               mesh: Mesh | None = None) -> tuple[ModelConfig, Transformer]:
-  """Loads ``source`` ("smollm2", a .gguf path or an HF dir); params in ``dtype`` (float32).
+               mesh: Mesh | None = None, attention: str = "auto"
+               ) -> tuple[ModelConfig, Transformer]:
+  """Loads ``source`` ("smollm2", a .gguf path or an HF dir); params in ``dtype`` (float32);
+  ``attention``: the model's attention implementation (``models/attention_choice.py``).
 
   ``compute_dtype`` (``model.compute_dtype``: "auto", "float32", "bfloat16"; None keeps the
   default float32): the dtype activations and matmuls run in; the parameters stay in ``dtype``
@@ -68,7 +70,7 @@ def load_model(source: str, *, cache_dir: str | None = None, dtype=None,
   cfg, model = _load(source, cache_dir=cache_dir, dtype=dtype, use_cache=use_cache, mesh=mesh)
   if compute_dtype is not None:
     cfg, model = with_compute_dtype(cfg, model, compute_dtype)
-  return cfg, model
+  return cfg, set_attention(model, attention)
 
 
 def _load(source: str, *, cache_dir: str | None, dtype, use_cache: bool,

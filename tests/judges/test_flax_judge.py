@@ -15,7 +15,7 @@ from arenarl_jax.judges import render
 from arenarl_jax.judges import rubric as rubric_lib
 from arenarl_jax.judges import verdict as verdict_lib
 from arenarl_jax.models import config as config_lib
-from arenarl_jax.models import cache_attention
+from arenarl_jax.models.cpu import kernel as cpu_kernel
 from arenarl_jax.models.embedded import find_smollm2_gguf
 from arenarl_jax.models.transformer import Transformer, make_model
 from arenarl_jax.tokenizer import Tokenizer
@@ -174,15 +174,17 @@ def test_fixed_score_logits_give_hand_computed_scores(tok):
 
 
 # ---------------------------------------------------------------- the device program
-@pytest.mark.parametrize("family,kernel", [("llama", False), ("qwen3", False), ("llama", True)])
-def test_branch_reads_equal_each_branch_as_its_own_sequence(family, kernel):
-  if kernel and not cache_attention.available():
+@pytest.mark.parametrize("family,attention", [
+    ("llama", "reference"), ("qwen3", "reference"), ("llama", "cpu_kernel"),
+    ("qwen3", "dot_product_attention")])
+def test_branch_reads_equal_each_branch_as_its_own_sequence(family, attention):
+  if attention == "cpu_kernel" and not cpu_kernel.available():
     pytest.skip("no C++ compiler / not a CPU backend")
   cfg = dataclasses.replace(TINY, vocab_size=1024)
   if family == "qwen3":
     cfg = dataclasses.replace(cfg, family="qwen3", qk_norm=True, qkv_bias=True,
                               tie_embeddings=False)
-  model = make_model(cfg, seed=1)
+  model = make_model(cfg, seed=1, attention=attention)
   graphdef, params = nnx.split(model)
   rng = np.random.default_rng(0)
   prefix = rng.integers(20, 500, 37)
@@ -195,17 +197,17 @@ def test_branch_reads_equal_each_branch_as_its_own_sequence(family, kernel):
   tokens = np.zeros((2, 64), np.int32)
   for r, ids in enumerate(rows):
     tokens[r, :len(ids)] = ids
-  cache = flax_programs.prefill_prefix(graphdef, params, prefix[None], kernel=kernel)
+  cache = flax_programs.prefill_prefix(graphdef, params, prefix[None])
   probs, mass = flax_programs.score_rows(graphdef, params, cache, tokens,
-                                         np.array([20, 33], np.int32), layout=layout, block=24,
-                                         kernel=kernel)
+                                         np.array([20, 33], np.int32), layout=layout, block=24)
   # Reference: prefix + row + branch + "1" as ONE plain causal sequence per (row, branch), all
   # right-padded into one batch (causal: padding after a sequence cannot change it).
   seqs = [np.concatenate([prefix, ids, branch, [11]]) for ids in rows for branch in branches]
   batch = np.zeros((len(seqs), max(map(len, seqs))), np.int32)
   for k, seq in enumerate(seqs):
     batch[k, :len(seq)] = seq
-  logits = jax.jit(lambda p, x: nnx.merge(graphdef, p)(x)[0])(params, batch)
+  oracle, _ = nnx.split(make_model(cfg, seed=1, attention="reference"))
+  logits = jax.jit(lambda p, x: nnx.merge(oracle, p)(x)[0])(params, batch)
   logp = jax.nn.log_softmax(logits, axis=-1)
   reads = np.array([len(seq) - 2 for seq in seqs])  # the branch's last token; then after "1"
   rows_k = np.arange(len(seqs))
