@@ -33,6 +33,8 @@ setuptools.setup(
         "bm25s>=0.2.6,<0.4",  # BM25 search of the offline research environment
         "tensorboardX>=2.6",  # TensorBoard event files without TensorFlow (metrics.py)
         "tqdm>=4.60",  # progress bars with ETA
+        "scipy>=1.10",  # t quantiles of the evaluation's intervals
+        "anyio>=4",  # the MCP client's streams
     ],
     extras_require={
         # torch + accelerate are only the reference implementation in tests and benchmarks.

@@ -159,8 +159,9 @@ def bench_flax(matches: list[Match], max_rows: int, mode: str = "logit",
                max_new_tokens: int = 192, attention: str = "auto") -> tuple[float, dict, list]:
   """Matches/s of the local Flax judge (SmolLM2 f32) in ``mode``, its metrics and results.
 
-  The warm-up judges ``max_rows // 2`` other matches, which compiles the prefix and the
-  (max_rows, bucket) programs the timed call uses; the timed call must compile nothing.
+  The warm-up judges the same matches once, which compiles the prefix and every (rows, bucket)
+  program the timed call uses (the trajectories' lengths vary with their quality, so a smaller
+  warm-up set misses buckets); the timed call must compile nothing.
   Generative mode asks for the compact verdict (the HTTP side's tokens).
   """
   from arenarl_jax.judges import flax_judge  # pylint: disable=g-import-not-at-top
@@ -171,7 +172,7 @@ def bench_flax(matches: list[Match], max_rows: int, mode: str = "logit",
   judge = flax_judge.make_flax_judge({"rubric": "travel", "compact": mode == "generative",
                                       "flax": flax})
   start = time.perf_counter()
-  judge.judge(make_matches(max(1, max_rows // 2), seed=99))  # warm-up
+  judge.judge(matches)  # warm-up: the same programs as the timed call
   warmup_s = time.perf_counter() - start
   judge.metrics.reset()
   judge.counts.clear()
