@@ -31,6 +31,8 @@ setuptools.setup(
         "mcp>=1.30,<2",  # Model Context Protocol SDK: tool server and client (envs/mcp_*.py)
         "matplotlib>=3.8",  # experiment plots
         "bm25s>=0.2.6,<0.4",  # BM25 search of the offline research environment
+        "tensorboardX>=2.6",  # TensorBoard event files without TensorFlow (metrics.py)
+        "tqdm>=4.60",  # progress bars with ETA
     ],
     extras_require={
         # torch + accelerate are only the reference implementation in tests and benchmarks.

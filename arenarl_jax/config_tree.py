@@ -110,14 +110,36 @@ def make_base_config() -> ml_collections.ConfigDict:
       kl_coef=0.02,
       clip_low=0.2, clip_high=0.28,
       aggregation="seq_mean_token_mean",  # seq_mean_token_mean | token_mean | dr_grpo
+      dr_grpo_tokens=1024,  # Dr. GRPO's constant per-row normaliser (not taken from the batch)
+      log_ratio_clamp=20.0,  # |log ratio| bound before exp (GSPO's sequence ratio, k3)
   )
   c.rl = dict(
       prompts_per_step=2,  # B
       steps=1,
-      minibatches_per_rollout=4,
+      minibatches_per_rollout=4,  # optimizer updates per rollout batch (the ratio departs from 1)
+      accumulation_steps=1,  # micro-batches per update (exact batch-wide token means)
+      train_anchor=True,  # train the greedy anchor row like the others (as the reference does)
+      logprob_chunk=64,  # token_logprobs' checkpointed chunk over T
+      bucket=64,  # rows are padded to a multiple of this many tokens
+      rollout="fake",  # train.ROLLOUTS key; "fake": random sequences (updates/resume/pods checks)
+      fake_prompts=16,  # the fake rollout's prompt count (an epoch)
   )
-  c.optim = dict(lr=1e-6, weight_decay=0.1, b1=0.9, b2=0.98, grad_clip=1.0)
+  c.optim = dict(lr=1e-6, weight_decay=0.1, b1=0.9, b2=0.98, grad_clip=1.0,
+                 schedule="constant",  # constant | linear | cosine (decay to 0 after warmup)
+                 warmup_steps=0)
   c.mesh = dict(data=-1, fsdp=1, tensor=1)  # -1: all remaining devices
+  c.distributed = dict(
+      initialize=False,  # jax.distributed.initialize() before anything touches devices (pods)
+      coordinator_address="",  # "" = auto-detected by JAX (TPU pods, SLURM); else "host:port"
+      num_processes=0, process_id=-1,  # 0 / -1 = auto-detected
+      cpu_collectives="",  # "gloo" for several CPU processes (tests); "" = the platform's own
+  )
+  c.checkpoint = dict(
+      every=50,  # RL steps between saves (and one at the end and on SIGTERM)
+      keep=3,  # newest checkpoints kept
+      resume=True,  # continue from the newest checkpoint in workdir/checkpoints
+  )
+  c.metrics = dict(tensorboard=True, jsonl=True, progress=True)
   return c
 
 

@@ -2,8 +2,11 @@
 
 Modes: ``pipeline`` (default) runs every stage that exists, in order. Today that is the embedded
 end-to-end demo (arenarl_jax/demo.py: load SmolLM2, sample a group of tool-using answers per prompt,
-parse them, rank each group with a tournament, print advantages). The training stages (sft, train,
-eval) are the next issues; asking for them now fails with a clear message instead of pretending.
+parse them, rank each group with a tournament, print advantages). ``train`` runs the RL loop
+(arenarl_jax/train.py) with the rollout named by ``rl.rollout`` (today only ``fake``: random
+sequences, for checking updates, checkpoints and multi-host runs); the same command runs on every
+host of a pod. The sft and eval stages are the next issues; asking for them now fails with a clear
+message instead of pretending.
 """
 from __future__ import annotations
 
@@ -32,6 +35,10 @@ def main(argv):
   os.makedirs(workdir, exist_ok=True)
   with open(os.path.join(workdir, "config.json"), "w") as f:
     f.write(config.to_json_best_effort(indent=2))
+  if mode == "train":
+    from arenarl_jax import train  # pylint: disable=import-outside-toplevel
+    train.main(config, workdir)
+    return
   if mode != "pipeline":
     sys.exit(_NOT_BUILT.format(mode=mode))
   from arenarl_jax import demo  # heavy imports (jax, model) only once flags are valid

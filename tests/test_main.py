@@ -51,7 +51,7 @@ def test_pipeline_runs_end_to_end(tiny_dir, tmp_path, capsys):
 def test_cli_refuses_stages_that_do_not_exist_yet(tmp_path):
   proc = subprocess.run(
       [sys.executable, "-m", "arenarl_jax.main", "--config=configs/quickstart.py",
-       f"--workdir={tmp_path}", "--mode=train"],
+       f"--workdir={tmp_path}", "--mode=sft"],
       cwd=ROOT, capture_output=True, text=True, timeout=300, check=False)
   assert proc.returncode != 0
   assert "not built yet" in proc.stderr

@@ -1,0 +1,171 @@
+"""The clipped policy objective with a KL penalty (ARENARL.md §5), in pure jnp.
+
+Per token t of row n (mask m = 1 on policy-generated tokens):
+  w      = exp(logp - old_logp)                     (``ratio="token"``), or GSPO's sequence ratio
+           s_n = exp(mean_t m (logp - old_logp)) given to every token of the row (``"sequence"``);
+           log-ratios are clamped to +-``log_ratio_clamp`` before ``exp``
+  pg     = -min(w A_n, clip(w, 1 - clip_low, 1 + clip_high) A_n)
+  loss   = sum_{n,t} weight_{n,t} (pg + kl_coef * KL_{n,t})
+
+The aggregation only sets the weights, and every weight uses batch-wide normalisers
+(``normalisers`` over the whole minibatch), so the loss is a plain sum over rows: splitting a
+batch into micro-batches, accumulation steps or devices and adding the parts gives the same loss
+and gradient (no mean of means):
+  token_mean           m / (masked tokens in the batch)
+  seq_mean_token_mean  m / (row's masked tokens * rows in the batch)   (GRPO: mean per row, then rows)
+  dr_grpo              m / (rows in the batch * dr_grpo_tokens)        (Dr. GRPO: a constant per row,
+                                                                        so long rows are not shrunk)
+"Rows" counts rows with at least one masked token (bucket padding rows do not count).
+"""
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, Mapping
+
+import jax
+import jax.numpy as jnp
+
+RATIOS = ("token", "sequence")
+KLS = ("k1", "k2", "k3")
+AGGREGATIONS = ("seq_mean_token_mean", "token_mean", "dr_grpo")
+
+
+@dataclasses.dataclass(frozen=True)
+class LossConfig:
+  """The ``loss.*`` config section (frozen, hashable: a jit static argument)."""
+
+  ratio: str = "token"
+  kl: str = "k3"
+  kl_coef: float = 0.02
+  clip_low: float = 0.2
+  clip_high: float = 0.28
+  aggregation: str = "seq_mean_token_mean"
+  dr_grpo_tokens: int = 1024  # Dr. GRPO's constant per-row normaliser (the token budget)
+  log_ratio_clamp: float = 20.0  # |log ratio| bound before exp (GSPO's sequence ratio, k3)
+
+  def __post_init__(self):
+    for key, value, allowed in (("ratio", self.ratio, RATIOS), ("kl", self.kl, KLS),
+                                ("aggregation", self.aggregation, AGGREGATIONS)):
+      if value not in allowed:
+        raise ValueError(f"loss.{key}: unknown value {value!r}; expected one of {allowed}")
+    if self.clip_low < 0 or self.clip_high < 0 or self.clip_low >= 1:
+      raise ValueError(f"loss.clip_low/clip_high: need 0 <= clip_low < 1 and clip_high >= 0, got "
+                       f"{self.clip_low}, {self.clip_high}")
+    if self.dr_grpo_tokens <= 0 or self.log_ratio_clamp <= 0:
+      raise ValueError("loss.dr_grpo_tokens and loss.log_ratio_clamp must be positive")
+
+  @classmethod
+  def from_config(cls, section: Mapping[str, Any]) -> "LossConfig":
+    names = {f.name for f in dataclasses.fields(cls)}
+    return cls(**{k: v for k, v in dict(section).items() if k in names})
+
+
+def kl_estimate(logp_NT, ref_logp_NT, kind: str, clamp: float = 20.0):
+  """Per-token estimate of KL(pi || pi_ref) from samples of pi (Schulman's k1, k2, k3).
+
+  With r = pi_ref / pi at the sampled token (log r = ref_logp - logp):
+    k1 = -log r             unbiased value; its expected gradient is zero (useless as a loss term)
+    k2 = (log r)^2 / 2      biased value; its gradient is the exact (unbiased) reverse-KL gradient
+    k3 = r - 1 - log r      unbiased, non-negative value; its gradient is BIASED as a reverse-KL
+                            gradient (in expectation it is the gradient of KL(pi_ref || pi))
+  The presets keep k3, as the reference does.
+  """
+  log_r = jnp.clip(ref_logp_NT - logp_NT, -clamp, clamp)
+  if kind == "k1":
+    return -log_r
+  if kind == "k2":
+    return 0.5 * log_r * log_r
+  if kind == "k3":
+    return jnp.exp(log_r) - 1.0 - log_r
+  raise ValueError(f"loss.kl: unknown estimator {kind!r}; expected one of {KLS}")
+
+
+def importance_ratio(logp_NT, old_logp_NT, mask_NT, kind: str, clamp: float = 20.0):
+  """w_NT: per-token ratio, or GSPO's length-normalised sequence ratio broadcast over the row."""
+  log_w_NT = (logp_NT - old_logp_NT) * mask_NT
+  if kind == "token":
+    return jnp.exp(jnp.clip(log_w_NT, -clamp, clamp))
+  if kind == "sequence":
+    len_N = jnp.maximum(mask_NT.sum(-1), 1.0)
+    log_s_N = jnp.clip(log_w_NT.sum(-1) / len_N, -clamp, clamp)
+    return jnp.broadcast_to(jnp.exp(log_s_N)[:, None], logp_NT.shape)
+  raise ValueError(f"loss.ratio: unknown value {kind!r}; expected one of {RATIOS}")
+
+
+def normalisers(mask_NT) -> dict[str, jax.Array]:
+  """Batch-wide counts every weight divides by: masked tokens and rows with any masked token.
+
+  Compute them over the WHOLE minibatch (all micro-batches, all devices) and pass them to each part.
+  """
+  mask_NT = mask_NT.astype(jnp.float32)
+  return {"tokens": jnp.maximum(mask_NT.sum(), 1.0),
+          "rows": jnp.maximum((mask_NT.sum(-1) > 0).sum().astype(jnp.float32), 1.0)}
+
+
+def token_weights(mask_NT, norm: Mapping[str, jax.Array], cfg: LossConfig):
+  """weight_NT of the aggregation (see the module docstring); sums to 1 over the batch except for
+  dr_grpo (sum = mean row length / dr_grpo_tokens)."""
+  mask_NT = mask_NT.astype(jnp.float32)
+  if cfg.aggregation == "token_mean":
+    return mask_NT / norm["tokens"]
+  if cfg.aggregation == "seq_mean_token_mean":
+    len_N = jnp.maximum(mask_NT.sum(-1, keepdims=True), 1.0)
+    return mask_NT / (len_N * norm["rows"])
+  if cfg.aggregation == "dr_grpo":
+    return mask_NT / (norm["rows"] * cfg.dr_grpo_tokens)
+  raise ValueError(f"loss.aggregation: unknown value {cfg.aggregation!r}; expected {AGGREGATIONS}")
+
+
+def policy_loss(logp_NT, old_logp_NT, ref_logp_NT, advantages_N, mask_NT,
+                norm: Mapping[str, jax.Array], cfg: LossConfig, entropy_NT=None):
+  """(loss, metrics) for this part of a batch; ``norm`` comes from ``normalisers`` of the whole.
+
+  Both are additive over parts: ``loss`` and metrics named ``*_sum`` add up over micro-batches and
+  devices (the metrics are token means: divide-free, weighted by m / batch tokens); ``ratio_max``
+  combines by max and ``ratio_min`` by min.
+  """
+  mask_NT = mask_NT.astype(jnp.float32)
+  adv_N1 = advantages_N.astype(jnp.float32)[:, None]
+  w_NT = importance_ratio(logp_NT, old_logp_NT, mask_NT, cfg.ratio, cfg.log_ratio_clamp)
+  clipped_NT = jnp.clip(w_NT, 1.0 - cfg.clip_low, 1.0 + cfg.clip_high)
+  pg_NT = -jnp.minimum(w_NT * adv_N1, clipped_NT * adv_N1)
+  kl_NT = kl_estimate(logp_NT, ref_logp_NT, cfg.kl, cfg.log_ratio_clamp)
+  weight_NT = token_weights(mask_NT, norm, cfg)
+  loss = jnp.sum(weight_NT * (pg_NT + cfg.kl_coef * kl_NT))
+
+  tok_NT = mask_NT / norm["tokens"]  # metrics are global token means whatever the aggregation
+  w_NT = jax.lax.stop_gradient(w_NT)
+  low_NT = (adv_N1 < 0) & (w_NT < 1.0 - cfg.clip_low)  # clipping active: no gradient
+  high_NT = (adv_N1 > 0) & (w_NT > 1.0 + cfg.clip_high)
+  big = jnp.finfo(jnp.float32).max
+  metrics = {
+      "loss_sum": loss,
+      "pg_loss_sum": jnp.sum(weight_NT * pg_NT),
+      "kl_sum": jnp.sum(tok_NT * kl_NT),
+      "clip_frac_low_sum": jnp.sum(tok_NT * low_NT),
+      "clip_frac_high_sum": jnp.sum(tok_NT * high_NT),
+      "ratio_mean_sum": jnp.sum(tok_NT * w_NT),
+      "ratio_max": jnp.max(jnp.where(mask_NT > 0, w_NT, -big)),
+      "ratio_min": jnp.min(jnp.where(mask_NT > 0, w_NT, big)),
+  }
+  if entropy_NT is not None:
+    metrics["entropy_sum"] = jnp.sum(tok_NT * jax.lax.stop_gradient(entropy_NT))
+  return loss, jax.tree.map(jax.lax.stop_gradient, metrics)
+
+
+def combine_metrics(a: Mapping[str, jax.Array], b: Mapping[str, jax.Array]) -> dict:
+  """Adds two parts' metrics: max for ``*_max``, min for ``*_min``, sum otherwise."""
+  out = {}
+  for key in a:
+    if key.endswith("_max"):
+      out[key] = jnp.maximum(a[key], b[key])
+    elif key.endswith("_min"):
+      out[key] = jnp.minimum(a[key], b[key])
+    else:
+      out[key] = a[key] + b[key]
+  return out
+
+
+def finish_metrics(metrics: Mapping[str, jax.Array]) -> dict:
+  """Drops the ``_sum`` suffix once every part is added (the sums are already the means)."""
+  return {(k[:-4] if k.endswith("_sum") else k): v for k, v in metrics.items()}

@@ -1,0 +1,174 @@
+"""One RL training step on SmolLM2-135M: the trainer's own train_step vs the same step in PyTorch.
+
+  .venv/bin/python benchmarks/train_step.py [--batch 8] [--tokens 512] [--repeats 3]
+  .venv/bin/python benchmarks/train_step.py --model tiny --batch 2 --tokens 64 --repeats 1  # smoke
+
+Both sides: the arenarl preset's loss (token ratio clipped at 0.2 / 0.28, k3 KL to a frozen
+reference at coefficient 0.02, seq_mean_token_mean), the reference's log-probs from a no-grad pass,
+clip-by-global-norm 1.0 + AdamW, float32, the same tokens, mask, advantages and old log-probs.
+Ours is ``train_step.Trainer.step`` (checkpointed chunked log-probs, donated state); torch is the
+straightforward full-logits step as its users write it, best of 1 and 2 threads.
+MFU = model FLOPs (6 x parameters x tokens + 12 x layers x heads x head_dim x T x tokens) per
+second over the median of ten float32 2048^3 matmuls timed in this process; HFU also counts the
+work the step really does beyond that (the reference pass and the recomputed head chunks).
+Peak RSS is read before torch is imported, so it is ours. Ends with one ``RESULT`` line.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import tempfile
+import time
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from flax import nnx
+
+from arenarl_jax import losses, sharding
+from arenarl_jax.models.config import PRESETS
+from arenarl_jax.models.loading import load_model
+from arenarl_jax.models.safetensors_io import export_hf_dir
+from arenarl_jax.models.transformer import make_model
+from arenarl_jax.train_step import Trainer, make_optimizer
+
+import timing  # benchmarks/timing.py (the script folder is on sys.path)
+
+OPTIM = dict(lr=1e-6, weight_decay=0.1, b1=0.9, b2=0.98, grad_clip=1.0, schedule="constant",
+             warmup_steps=0)
+LOSS = losses.LossConfig(ratio="token", kl="k3", kl_coef=0.02, clip_low=0.2, clip_high=0.28,
+                         aggregation="seq_mean_token_mean")
+
+
+def matmul_rate() -> float:
+  """FLOP/s of a float32 2048^3 matmul (median of ten)."""
+  a = jax.random.normal(jax.random.key(0), (2048, 2048), jnp.float32)
+  mm = jax.jit(lambda x, y: x @ y)
+  mm(a, a).block_until_ready()
+  return 2 * 2048 ** 3 / timing.median_time(lambda: mm(a, a).block_until_ready(), 10)
+
+
+def make_inputs(cfg, n: int, t: int) -> dict[str, np.ndarray]:
+  rng = np.random.default_rng(0)
+  mask = np.ones((n, t), np.float32)
+  mask[:, : t // 8] = 0.0  # a prompt
+  return {"tokens_NT": rng.integers(0, cfg.vocab_size, (n, t)).astype(np.int32),
+          "loss_mask_NT": mask,
+          "advantages_N": rng.normal(size=n).astype(np.float32),
+          "temperature_N": np.ones(n, np.float32),
+          "sampler_logp_NT": np.zeros((n, t), np.float32),
+          "policy_step_N": np.zeros(n, np.int32)}
+
+
+def torch_step_fn(hf_dir: str, inputs: dict[str, np.ndarray]):
+  """The same loss and optimizer in PyTorch (full logits); ``run(threads)``."""
+  import torch  # pylint: disable=import-outside-toplevel
+  from transformers import AutoModelForCausalLM  # pylint: disable=import-outside-toplevel
+
+  model = AutoModelForCausalLM.from_pretrained(hf_dir, dtype=torch.float32).train()
+  ref = AutoModelForCausalLM.from_pretrained(hf_dir, dtype=torch.float32).eval()
+  opt = torch.optim.AdamW(model.parameters(), lr=OPTIM["lr"], betas=(OPTIM["b1"], OPTIM["b2"]),
+                          weight_decay=OPTIM["weight_decay"])
+  ids = torch.tensor(inputs["tokens_NT"], dtype=torch.long)
+  mask = torch.tensor(inputs["loss_mask_NT"])[:, 1:]
+  adv = torch.tensor(inputs["advantages_N"])[:, None]
+  old = torch.tensor(inputs["old_logp_NT"])[:, 1:]
+
+  def logp(m):
+    logits = m(input_ids=ids).logits[:, :-1].float()
+    return torch.log_softmax(logits, -1).gather(-1, ids[:, 1:, None])[..., 0]
+
+  def run(threads):
+    torch.set_num_threads(threads)
+    with torch.no_grad():
+      ref_lp = logp(ref)
+    lp = logp(model)
+    w = torch.exp(lp - old)
+    pg = -torch.minimum(w * adv, torch.clamp(w, 1 - LOSS.clip_low, 1 + LOSS.clip_high) * adv)
+    log_r = (ref_lp - lp).clamp(-20, 20)
+    tok = pg + LOSS.kl_coef * (torch.exp(log_r) - 1 - log_r)
+    loss = ((tok * mask).sum(-1) / mask.sum(-1).clamp(min=1)).mean()
+    opt.zero_grad(set_to_none=True)
+    loss.backward()
+    torch.nn.utils.clip_grad_norm_(model.parameters(), OPTIM["grad_clip"])
+    opt.step()
+    return loss.item()
+
+  return run
+
+
+def main():
+  parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+  parser.add_argument("--model", default="smollm2", choices=("smollm2", "tiny"))
+  parser.add_argument("--batch", type=int, default=8)
+  parser.add_argument("--tokens", type=int, default=512)
+  parser.add_argument("--repeats", type=int, default=3)
+  parser.add_argument("--chunk", type=int, default=64, help="token_logprobs chunk over T")
+  args = parser.parse_args()
+  n, t = args.batch, args.tokens
+  print(f"load average at start: {os.getloadavg()}; devices: {jax.devices()[:1]}")
+
+  if args.model == "smollm2":
+    cfg, model = load_model("smollm2")
+  else:
+    cfg = PRESETS["tiny"]
+    model = make_model(cfg, seed=0)
+  graphdef, state = nnx.split(model)
+  params = nnx.to_pure_dict(state)
+  mesh = sharding.make_mesh(1, 1, 1, devices=jax.devices()[:1])
+  trainer = Trainer(graphdef, params, mesh, LOSS, make_optimizer(OPTIM, 100), chunk=args.chunk)
+  train_state = trainer.init_state(params)
+  ref = trainer.place_params(params)
+  inputs = make_inputs(cfg, n, t)
+  batch = trainer.put_batch(inputs)
+  batch["old_logp_NT"] = trainer.logprobs(train_state.params, batch)
+  inputs["old_logp_NT"] = np.asarray(batch["old_logp_NT"])
+
+  holder = {"state": train_state}
+
+  def ours():
+    holder["state"], metrics = trainer.step(holder["state"], ref, batch)
+    jax.block_until_ready(metrics)
+
+  start = time.perf_counter()
+  ours()
+  print(f"ours: compile + first step {time.perf_counter() - start:.1f} s")
+  rate = matmul_rate()
+  peak_rss_gb = timing.peak_rss_gb()
+  print(f"peak RSS before torch is imported: {peak_rss_gb:.2f} GB; "
+        f"2048^3 matmul: {rate / 1e9:.0f} GFLOP/s")
+
+  with tempfile.TemporaryDirectory() as hf_dir:
+    export_hf_dir(model, cfg, hf_dir)
+    torch_run = torch_step_fn(hf_dir, inputs)
+  runs = {"ours": ours}
+  for threads in (1, 2):
+    runs[f"torch_{threads}t"] = lambda threads=threads: torch_run(threads)
+    runs[f"torch_{threads}t"]()
+  times = {name: [] for name in runs}
+  for _ in range(args.repeats):  # interleaved rounds: load changes hit every contender alike
+    for name, run in runs.items():
+      times[name].append(timing.median_time(run, 1))
+  med = {name: statistics.median(ts) for name, ts in times.items()}
+  for name, ts in times.items():
+    print(f"{name:>9}: median {med[name]:.2f} s = {n * t / med[name]:.0f} tok/s "
+          f"(runs: {', '.join(f'{x:.2f}' for x in ts)})")
+
+  p, tokens = cfg.num_params(), n * t
+  attn = 12 * cfg.n_layers * cfg.n_heads * cfg.head_dim * t * tokens
+  model_flops = 6 * p * tokens + attn
+  # Beyond the model FLOPs: the reference's forward and the head recomputed in the backward.
+  hardware_flops = model_flops + (2 * p * tokens + attn / 3) + 2 * cfg.vocab_size * cfg.d_model * tokens
+  mfu = model_flops / med["ours"] / rate
+  hfu = hardware_flops / med["ours"] / rate
+  ratio = min(med["torch_1t"], med["torch_2t"]) / med["ours"]
+  print(f"model {args.model}: {p / 1e6:.1f} M parameters; {n} x {t} tokens; "
+        f"model TFLOP per step {model_flops / 1e12:.2f}")
+  print(f"load average at end: {os.getloadavg()}")
+  print(f"RESULT mfu={mfu:.3f} hfu={hfu:.3f} ratio_vs_torch={ratio:.3f} "
+        f"peak_rss_gb={peak_rss_gb:.2f}")
+
+
+if __name__ == "__main__":
+  main()
