@@ -207,7 +207,10 @@ def main(config: ml_collections.ConfigDict, workdir: str):
   from arenarl_jax.models.loading import load_model  # pylint: disable=import-outside-toplevel
   if config.rl.rollout not in ROLLOUTS:
     raise ValueError(f"rl.rollout: unknown value {config.rl.rollout!r}; known: {sorted(ROLLOUTS)}")
-  model_cfg, model = load_model(config.model.source, cache_dir=config.model.cache_dir or None)
+  # The converted-parameter cache is written and read with single-host orbax calls: several
+  # processes convert the GGUF themselves instead (seconds).
+  model_cfg, model = load_model(config.model.source, cache_dir=config.model.cache_dir or None,
+                                use_cache=jax.process_count() == 1)
   rollout = ROLLOUTS[config.rl.rollout](config, model_cfg.vocab_size)
   state = run(config, workdir, rollout, model=model)
   if jax.process_index() == 0:

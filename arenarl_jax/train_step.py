@@ -83,6 +83,29 @@ def _split_micro(batch, a: int):
   return jax.tree.map(one, batch)
 
 
+def batch_loss(params, ref_params, batch: Mapping[str, jax.Array], norm, *, graphdef,
+               loss_cfg: losses.LossConfig, chunk: int = 64):
+  """(loss, metrics) of ``batch`` (a part of a minibatch whose normalisers are ``norm``).
+
+  ``old_logp_NT`` from the batch when present, else the current log-probs (on-policy: ratio 1);
+  ``ref_logp`` from ``ref_params`` (skipped when ``loss.kl_coef`` is 0).
+  """
+  logp_NT, ent_NT = batch_logprobs(graphdef, params, batch, chunk=chunk, entropy=True)
+  old_NT = batch["old_logp_NT"] if "old_logp_NT" in batch else jax.lax.stop_gradient(logp_NT)
+  if loss_cfg.kl_coef:
+    ref_NT = jax.lax.stop_gradient(batch_logprobs(graphdef, ref_params, batch, chunk=chunk))
+  else:
+    ref_NT = jax.lax.stop_gradient(logp_NT)
+  loss, metrics = losses.policy_loss(logp_NT, old_NT, ref_NT, batch["advantages_N"],
+                                     batch["loss_mask_NT"], norm, loss_cfg, ent_NT)
+  # The sampler's log-probs against the trainer's (same temperature): should be ~0.
+  m_NT = batch["loss_mask_NT"].astype(jnp.float32)
+  gap_NT = jnp.abs(batch["sampler_logp_NT"] - old_NT) * m_NT
+  metrics["logp_mismatch_sum"] = jnp.sum(gap_NT) / norm["tokens"]
+  metrics["logp_mismatch_max"] = jnp.max(gap_NT)
+  return loss, metrics
+
+
 def train_step(state: TrainState, ref_params, batch: Mapping[str, jax.Array], *, graphdef,
                loss_cfg: losses.LossConfig, optimizer: optax.GradientTransformation,
                accumulation_steps: int = 1, chunk: int = 64,
@@ -94,20 +117,8 @@ def train_step(state: TrainState, ref_params, batch: Mapping[str, jax.Array], *,
   def part(params, mb):
     if rows is not None:
       mb = jax.lax.with_sharding_constraint(mb, rows)
-    logp_NT, ent_NT = batch_logprobs(graphdef, params, mb, chunk=chunk, entropy=True)
-    old_NT = mb["old_logp_NT"] if "old_logp_NT" in mb else jax.lax.stop_gradient(logp_NT)
-    if loss_cfg.kl_coef:
-      ref_NT = jax.lax.stop_gradient(batch_logprobs(graphdef, ref_params, mb, chunk=chunk))
-    else:
-      ref_NT = jax.lax.stop_gradient(logp_NT)
-    loss, metrics = losses.policy_loss(logp_NT, old_NT, ref_NT, mb["advantages_N"],
-                                       mb["loss_mask_NT"], norm, loss_cfg, ent_NT)
-    # The sampler's log-probs against the trainer's (same temperature): should be ~0.
-    m_NT = mb["loss_mask_NT"].astype(jnp.float32)
-    gap_NT = jnp.abs(mb["sampler_logp_NT"] - old_NT) * m_NT
-    metrics["logp_mismatch_sum"] = jnp.sum(gap_NT) / norm["tokens"]
-    metrics["logp_mismatch_max"] = jnp.max(gap_NT)
-    return loss, metrics
+    return batch_loss(params, ref_params, mb, norm, graphdef=graphdef, loss_cfg=loss_cfg,
+                      chunk=chunk)
 
   grad_fn = jax.value_and_grad(part, has_aux=True)
   if accumulation_steps == 1:

@@ -11,7 +11,8 @@ from arenarl_jax import batch as batch_lib
 from arenarl_jax import losses, sharding
 from arenarl_jax.models.config import ModelConfig
 from arenarl_jax.models.transformer import make_model
-from arenarl_jax.train_step import Trainer, make_optimizer, make_schedule
+from arenarl_jax.train_step import (Trainer, batch_logprobs, batch_loss, make_optimizer,
+                                    make_schedule)
 
 CFG = ModelConfig(vocab_size=61, d_model=16, n_layers=1, n_heads=2, n_kv_heads=1, head_dim=8,
                   ffn_dim=32, tie_embeddings=True)
@@ -37,9 +38,9 @@ def _batch(n=16, t=16, seed=0):
           "policy_step_N": np.zeros(n, np.int32)}
 
 
-def _trainer(mesh, loss_cfg, accumulation=1, graphdef_params=None):
-  graphdef, params = graphdef_params or _model()
-  trainer = Trainer(graphdef, params, mesh, loss_cfg, make_optimizer(OPTIM, 10),
+def _trainer(mesh, loss_cfg, accumulation=1, optim=OPTIM):
+  graphdef, params = _model()
+  trainer = Trainer(graphdef, params, mesh, loss_cfg, make_optimizer(optim, 10),
                     accumulation_steps=accumulation, chunk=8)
   return trainer, params
 
@@ -93,7 +94,7 @@ def test_update_is_the_same_on_eight_devices_with_accumulation_as_on_one(aggrega
 
 def test_reference_params_are_not_donated_and_minibatches_make_clipping_act():
   cfg = losses.LossConfig(kl_coef=0.02)
-  trainer, params = _trainer(ONE(), cfg)
+  trainer, params = _trainer(ONE(), cfg, optim=dict(OPTIM, lr=3e-2))
   state = trainer.init_state(params)
   ref = trainer.place_params(params)
   rollout = _batch(n=8)
@@ -123,3 +124,24 @@ def test_schedule_warmup_then_decay_and_bad_names():
                              [0, 0.5, 1.0, 0.75, 0.5, 0.25, 0.0], atol=1e-6)
   with pytest.raises(ValueError, match="optim.schedule"):
     make_schedule(dict(OPTIM, schedule="step"), 5)
+
+
+def test_loss_gradient_through_the_model_matches_finite_differences():
+  graphdef, params = _model()
+  b = {k: jnp.asarray(v) for k, v in _batch(n=4, t=12, seed=5).items()}
+  ref = jax.tree.map(lambda x: x * 1.05, params)
+  b["old_logp_NT"] = batch_logprobs(graphdef, ref, b, chunk=4)
+  cfg = losses.LossConfig(kl="k2", kl_coef=0.5, clip_low=0.5, clip_high=0.5)
+  norm = losses.normalisers(b["loss_mask_NT"])
+  f = jax.jit(lambda p: batch_loss(p, ref, b, norm, graphdef=graphdef, loss_cfg=cfg, chunk=4)[0])
+  g = jax.jit(jax.grad(f))(params)
+  leaves = jax.tree.leaves(params)
+  keys = jax.random.split(jax.random.key(0), len(leaves))
+  d = jax.tree.unflatten(jax.tree.structure(params), [
+      jax.random.normal(k, x.shape) * jnp.sqrt(jnp.mean(x * x)) for k, x in zip(keys, leaves)])
+  eps = 3e-3
+  fd = (f(jax.tree.map(lambda x, y: x + eps * y, params, d)) -
+        f(jax.tree.map(lambda x, y: x - eps * y, params, d))) / (2 * eps)
+  analytic = sum(jnp.vdot(a, b) for a, b in zip(jax.tree.leaves(g), jax.tree.leaves(d)))
+  assert abs(float(analytic)) > 1e-3
+  np.testing.assert_allclose(float(fd), float(analytic), rtol=2e-2)
