@@ -339,6 +339,8 @@ def pipeline(config: ml_collections.ConfigDict, workdir: str,
     print(f"\nfinal evaluation at RL step {final_step} (noise-free checker, "
           f"{len(evaluator.tasks)} test tasks):\n{report.table()}")
     print("time: " + " ".join(f"{k}={v:.1f}" for k, v in times.items()))
+    from arenarl_jax import curves  # pylint: disable=import-outside-toplevel
+    curves.plot(workdir)
     print(eval_lib.result_line(report, config.eval.opponent or "sft"))
   return report
 

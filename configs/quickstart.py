@@ -2,7 +2,7 @@
 
   python -m arenarl_jax.main --config=configs/quickstart.py --workdir=runs/quickstart
 
-On the travel environment: a 4-layer Llama-family model (``model.init.preset=quickstart``) with a
+On the travel environment: a 2-layer Llama-family model (``model.init.preset=quickstart``) with a
 4,096-token BPE trained on the environment's text (``arenarl_jax/task_tokenizer.py`` says why),
 SFT on the expert's conversations, then ArenaRL (seeded single elimination, groups of 4 with a
 greedy anchor) trained against the rubric judge under a stated noise model (below), then the
@@ -46,26 +46,26 @@ def get_config(arg=None):
   c.tournament.topology = args.topology
 
   c.data.sft_seq_len = 1856
-  c.data.sft_batch_size = 8
-  c.sft.steps = 300
+  c.data.sft_batch_size = 4
+  c.sft.steps = 100
   c.sft.lr = 3e-3
-  c.sft.warmup_steps = 20
+  c.sft.warmup_steps = 10
   c.sft.log_every = 10
 
   c.sampling.group_size = args.group_size
-  c.sampling.temperature = 1.0
+  c.sampling.temperature = 0.8
   c.sampling.max_new_tokens = 192
   c.sampling.max_turns = 2
   c.sampling.cache_len = 3072
   c.rl.rollout = "agent"
-  c.rl.prompts_per_step = 8
-  c.rl.steps = 20
+  c.rl.prompts_per_step = 4
+  c.rl.steps = 8
   c.rl.minibatches_per_rollout = 2
   c.rl.bucket = 256
   c.optim.lr = 1e-4
   c.optim.weight_decay = 0.0
   c.loss.kl_coef = 0.0
-  c.checkpoint.every = 10
+  c.checkpoint.every = 4
 
   c.eval.tasks_per_subtask = 20  # 5 subtasks x 20 = 100 held-out test tasks
   c.eval.every_steps = 0

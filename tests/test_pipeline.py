@@ -136,6 +136,7 @@ def test_quickstart_smoke_pipeline_then_eval_reproduces_it(tmp_path):
     assert key in rl_rows[-1], key
   assert sorted(os.listdir(work / "eval")) == ["eval_00000000.jsonl", "eval_00000002.jsonl",
                                                "summary.jsonl"]
+  assert os.path.getsize(work / "curves.png") > 0
   # --mode=eval on the workdir reproduces the final evaluation exactly.
   again = _main(work, data, "eval")
   assert again.returncode == 0, again.stderr[-3000:]
