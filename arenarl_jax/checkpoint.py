@@ -27,7 +27,8 @@ class Checkpointer:
     if every <= 0 or keep <= 0:
       raise ValueError(f"checkpoint.every ({every}) and checkpoint.keep ({keep}) must be positive")
     self.every = int(every)
-    self.directory = os.path.abspath(directory)
+    # Local paths made absolute (orbax wants that); URLs (gs://...) kept as they are.
+    self.directory = directory if "://" in directory else os.path.abspath(directory)
     self._manager = ocp.CheckpointManager(
         self.directory,
         options=ocp.CheckpointManagerOptions(max_to_keep=keep, create=True,

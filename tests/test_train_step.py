@@ -133,8 +133,10 @@ def test_loss_gradient_through_the_model_matches_finite_differences():
   b["old_logp_NT"] = batch_logprobs(graphdef, ref, b, chunk=4)
   cfg = losses.LossConfig(kl="k2", kl_coef=0.5, clip_low=0.5, clip_high=0.5)
   norm = losses.normalisers(b["loss_mask_NT"])
-  f = jax.jit(lambda p: batch_loss(p, ref, b, norm, graphdef=graphdef, loss_cfg=cfg, chunk=4)[0])
-  g = jax.jit(jax.grad(f))(params)
+  value_and_grad = jax.jit(jax.value_and_grad(
+      lambda p: batch_loss(p, ref, b, norm, graphdef=graphdef, loss_cfg=cfg, chunk=4)[0]))
+  f = lambda p: value_and_grad(p)[0]  # noqa: E731  (one compiled program for both)
+  g = value_and_grad(params)[1]
   leaves = jax.tree.leaves(params)
   keys = jax.random.split(jax.random.key(0), len(leaves))
   d = jax.tree.unflatten(jax.tree.structure(params), [
