@@ -296,6 +296,8 @@ def pipeline(config: ml_collections.ConfigDict, workdir: str,
     policy.model = _with_params(policy.model, sft_params)
   times["sft_s"] = time.perf_counter() - t0
   if stages == ("sft",):
+    if main_process:
+      print(f"RESULT stage=sft steps={int(config.sft.steps)}")
     return None
   start_params = nnx.to_pure_dict(nnx.split(policy.model)[1])
 
@@ -331,6 +333,8 @@ def pipeline(config: ml_collections.ConfigDict, workdir: str,
     if final_params is None:
       final_params, final_step = start_params, 0
   if evaluator is None:
+    if main_process:
+      print(f"RESULT stage=train steps={final_step}")
     return None
   t0 = time.perf_counter()
   report = evaluator.evaluate(final_params, final_step, second=sft_rows)
