@@ -7,8 +7,13 @@ On the travel environment: a 2-layer Llama-family model (``model.init.preset=qui
 SFT on the expert's conversations, then ArenaRL (seeded single elimination, groups of 4 with a
 greedy anchor) trained against the rubric judge under a stated noise model (below), then the
 policy's greedy rollouts of 100 held-out test tasks (20 per subtask) judged by the NOISE-FREE
-checker against the references and against the SFT policy it started from. Ends with
-``RESULT win_rate_vs_sft=... ci_low=... ci_high=... win_rate_vs_reference=...``.
+checker against the references and against the SFT policy it started from. Prints the SFT
+loss, the results table of the starting policy (step 0) and of the final one (per subtask: valid
+rate, win rate vs reference and vs SFT with 95% bootstrap intervals over tasks, judged + failed
+matches), the time per stage, and ends with
+``RESULT win_rate_vs_sft=... ci_low=... ci_high=... win_rate_vs_reference=...``. Outputs in the
+workdir: tokenizer/, sft/ (curve, checkpoint), metrics.jsonl + tb/ (RL), checkpoints/, eval/
+(one jsonl of trajectories and match logs per evaluation, summary.jsonl), curves.png.
 
 Training judge noise model (``judge.noise``): every dimension score gets N(0, 1.0) per request,
 each pairwise request an extra N(0, 1.0) split between the two sides and a +0.5 position bias for
