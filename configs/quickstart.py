@@ -52,7 +52,7 @@ def get_config(arg=None):
 
   c.data.sft_seq_len = 1856
   c.data.sft_batch_size = 4
-  c.sft.steps = 100
+  c.sft.steps = 240
   c.sft.lr = 3e-3
   c.sft.warmup_steps = 10
   c.sft.log_every = 10
@@ -67,7 +67,7 @@ def get_config(arg=None):
   c.rl.steps = 8
   c.rl.minibatches_per_rollout = 2
   c.rl.bucket = 256
-  c.optim.lr = 1e-4
+  c.optim.lr = 5e-5
   c.optim.weight_decay = 0.0
   c.loss.kl_coef = 0.0
   c.checkpoint.every = 4
