@@ -9,6 +9,8 @@ Modes (the same command runs on every host of a pod):
                       rollout (``rl.rollout=fake``: updates, checkpoints and pods without a model).
   eval                the evaluation of the newest RL checkpoint in the workdir against the
                       references and the SFT policy (reproduces the pipeline's final evaluation).
+  export              the newest RL (else SFT) policy as an HF safetensors directory with the
+                      run's tokenizer, in <workdir>/export.
 Every stage resumes from what ``--workdir`` already holds.
 """
 from __future__ import annotations
@@ -22,7 +24,8 @@ from ml_collections import config_flags
 _CONFIG = config_flags.DEFINE_config_file("config", None, "Config file (configs/*.py[:arg]).",
                                           lock_config=True)
 _WORKDIR = flags.DEFINE_string("workdir", None, "Where outputs (logs, metrics, results) go.")
-_MODE = flags.DEFINE_enum("mode", "pipeline", ["pipeline", "sft", "train", "eval"], "What to run.")
+_MODE = flags.DEFINE_enum("mode", "pipeline", ["pipeline", "sft", "train", "eval", "export"],
+                          "What to run.")
 _STAGES = {"pipeline": ("sft", "rl", "eval"), "sft": ("sft",), "eval": ("eval",)}
 flags.mark_flags_as_required(["config", "workdir"])
 
@@ -39,6 +42,9 @@ def main(argv):
   from arenarl_jax import train  # heavy imports (jax, model) only once flags are valid
   if mode == "train":
     train.main(config, workdir)
+    return
+  if mode == "export":
+    train.export(config, workdir)
     return
   if config.rl.rollout == "agent" or config.sft.steps > 0:
     train.pipeline(config, workdir, stages=_STAGES[mode])

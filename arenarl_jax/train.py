@@ -349,6 +349,28 @@ def pipeline(config: ml_collections.ConfigDict, workdir: str,
   return report
 
 
+def export(config: ml_collections.ConfigDict, workdir: str, path: str = "") -> str:
+  """``--mode=export``: the newest RL checkpoint's policy (else the SFT one) as an HF safetensors
+  directory with the run's tokenizer (default ``<workdir>/export``); returns the directory."""
+  from arenarl_jax import policy as policy_lib  # pylint: disable=import-outside-toplevel
+  from arenarl_jax import sft  # pylint: disable=import-outside-toplevel
+  from arenarl_jax.envs import base  # pylint: disable=import-outside-toplevel
+  from arenarl_jax.models.safetensors_io import export_hf_dir  # pylint: disable=import-outside-toplevel
+  env = base.make_environment_from_config(config.env)
+  policy = policy_lib.make_policy(config, workdir, env)
+  if config.sft.steps > 0:
+    policy.model = _with_params(policy.model, sft.restore_params(config, workdir, policy))
+  params, step = _rl_params(config, workdir, policy.model)
+  if params is not None:
+    policy.model = _with_params(policy.model, jax.device_get(params))
+  path = path or os.path.join(workdir, "export")
+  if jax.process_index() == 0:
+    export_hf_dir(policy.model, policy.cfg, path)
+    policy.tokenizer.save(path)
+    print(f"RESULT stage=export rl_step={step} path={path}")
+  return path
+
+
 def _has_rl_checkpoint(workdir: str) -> bool:
   path = os.path.join(workdir, "checkpoints")
   return os.path.isdir(path) and any(name.isdigit() for name in os.listdir(path))

@@ -119,7 +119,7 @@ def _eval_rows(path):
                    for r in rows[1:]]
 
 
-def test_quickstart_smoke_pipeline_then_eval_reproduces_it(tmp_path):
+def test_quickstart_smoke_pipeline_then_eval_reproduces_it_then_export(tmp_path):
   work, data = tmp_path / "run", tmp_path / "data"
   proc = _main(work, data, "pipeline")
   assert proc.returncode == 0, proc.stderr[-3000:]
@@ -144,3 +144,13 @@ def test_quickstart_smoke_pipeline_then_eval_reproduces_it(tmp_path):
   first, rows = _eval_rows(work / "eval" / "eval_00000002.jsonl")
   second, rows_again = _eval_rows(work / "eval" / "eval_00000002_1.jsonl")
   assert first == second and rows == rows_again
+  # --mode=export: the final policy as an HF directory with the run's tokenizer, loadable again.
+  exported = _main(work, data, "export")
+  assert exported.returncode == 0, exported.stderr[-3000:]
+  assert exported.stdout.strip().splitlines()[-1].startswith("RESULT stage=export rl_step=2 ")
+  from arenarl_jax.models.loading import load_model, load_tokenizer  # pylint: disable=g-import-not-at-top
+  cfg, _ = load_model(str(work / "export"))
+  tok = load_tokenizer(str(work / "export"))
+  assert cfg.vocab_size == tok.vocab_size
+  assert tok.encode("Nortor <|im_end|>") == load_tokenizer(str(work / "tokenizer")).encode(
+      "Nortor <|im_end|>")
