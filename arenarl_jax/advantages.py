@@ -78,9 +78,25 @@ def standardize(rewards_xG: np.ndarray) -> np.ndarray:
   return ((x - mean) / (std + EPS)).astype(np.float32)
 
 
-def pointwise_advantages(scores_BG: np.ndarray) -> np.ndarray:
-  """GRPO baseline: per-group (r - mean) / (std + 1e-6) of pointwise judge scores [B, G]."""
-  scores_BG = np.asarray(scores_BG)
+FAILED_POINTWISE_SCORE = 0.0  # the lowest score of the 0-10 rubric scale
+
+
+def pointwise_advantages(scores_BG: np.ndarray, ok_BG: np.ndarray | None = None) -> np.ndarray:
+  """GRPO baseline: per-group (r - mean) / (std + 1e-6) of pointwise judge scores [B, G].
+
+  A failed score (``ok_BG`` False; its value, often NaN, is ignored) gains nothing: it counts as the lowest score of the
+  scale (0), which is never above the group's lowest judged score and never its mean. (A
+  pointwise request shows one trajectory only, so a failure is that trajectory's doing or the
+  server's; the group's lowest judged score would still reward a would-be worst trajectory for
+  breaking the judge.) Count failures where the scores come from (``PointwiseScores.ok``).
+  """
+  scores_BG = np.asarray(scores_BG, np.float64)
   if scores_BG.ndim != 2:
     raise ValueError(f"pointwise_advantages: expected scores [B, G], got shape {scores_BG.shape}")
-  return standardize(scores_BG)
+  if ok_BG is None:
+    return standardize(scores_BG)  # a NaN without an ok flag is a bug: standardize raises
+  ok_BG = np.asarray(ok_BG, bool)
+  if ok_BG.shape != scores_BG.shape:
+    raise ValueError(f"pointwise_advantages: ok {ok_BG.shape} does not match scores "
+                     f"{scores_BG.shape}")
+  return standardize(np.where(ok_BG, scores_BG, FAILED_POINTWISE_SCORE))

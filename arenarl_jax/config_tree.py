@@ -51,6 +51,11 @@ def make_base_config() -> ml_collections.ConfigDict:
           corpus_tasks=300,  # task_bpe only: expert conversations in its training text
           seed=0,  # parameter initialisation
       ),
+      # auto: bfloat16 on gpu/tpu, float32 on cpu; parameters stay float32 (cast at use)
+      compute_dtype="auto",
+      # auto | reference | dot_product_attention | cpu_kernel (models/attention_choice.py);
+      # auto = cpu_kernel on CPU, dot_product_attention on GPU/TPU.
+      attention="auto",
   )
   c.env = dict(
       name="travel",  # travel | research (arenarl_jax/envs/base.py registry)

@@ -69,7 +69,9 @@ def run(config, workdir: str) -> dict:
   """Runs the demo, writes ``demo.jsonl`` to ``workdir`` and prints a RESULT line."""
   t0 = time.perf_counter()
   s = config.sampling
-  _, model = load_model(config.model.source, cache_dir=config.model.cache_dir or None)
+  _, model = load_model(config.model.source, cache_dir=config.model.cache_dir or None,
+                        compute_dtype=config.model.compute_dtype,
+                        attention=config.model.attention)
   tok = load_tokenizer(config.model.source)
   t_load = time.perf_counter() - t0
 

@@ -12,7 +12,7 @@
 **Win rate.** Each policy trajectory plays the opponent's trajectory for the same task once:
 ``Match(group=k, i=0, j=1, query, p=policy, q=opponent)``, all matches of one opponent in ONE
 batched judge call; every judge result is already bidirectional (both orders summed, scores in
-[0, 20]). A match is a win (1) when ``score_p - score_q > TOLERANCE``, a loss (0) below
+[0, 20]). A match is a win (1) when ``score_p - score_q > win_rate.TOLERANCE``, a loss (0) below
 ``-TOLERANCE``, else a tie (0.5); the win rate is the mean over judged matches. A FAILED match
 (``MatchResult.ok`` False) carries no information about either side: it is left out of the win
 rate and counted (``failed``), never scored as a tie, so a policy that breaks the judge when it is
@@ -54,11 +54,11 @@ from scipy import stats as scipy_stats
 from arenarl_jax import eval_report
 from arenarl_jax import messages as messages_lib
 from arenarl_jax import types
+from arenarl_jax import win_rate as win_rate_lib
 from arenarl_jax.data import records
 from arenarl_jax.envs import base
 from arenarl_jax.eval_report import EvalReport, subtask_of, write_jsonl  # noqa: F401 (re-exported)
 
-TOLERANCE = 1e-6  # the tournament's tie tolerance on bidirectional sums
 INTERVALS = ("bootstrap", "t")
 STRIP_MODES = ("auto", "always", "never")
 REFERENCE = "reference"  # the report's name for the test split's references
@@ -116,25 +116,17 @@ class EvalSettings:
 
 # ------------------------------------------------------------------------------------ win rates
 @dataclasses.dataclass(frozen=True)
-class WinRate:
-  """Win rate over the judged matches with its 95% interval; failed matches counted apart."""
+class WinRate(win_rate_lib.WinRate):
+  """Win rate over the judged matches (``rate``; failed matches counted apart, never ties) with
+  its 95% interval."""
 
-  wins: int
-  ties: int
-  losses: int
-  failed: int  # left out of the rate (ok=False), never ties
   tasks: int  # tasks with at least one match (judged or failed)
-  rate: float  # (wins + ties / 2) / judged; NaN when nothing was judged
   low: float
   high: float
   method: str
 
-  @property
-  def judged(self) -> int:
-    return self.wins + self.ties + self.losses
-
   def to_dict(self) -> dict[str, Any]:
-    return {**dataclasses.asdict(self), "judged": self.judged}
+    return {**dataclasses.asdict(self), "rate": self.rate, "judged": self.judged}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -144,7 +136,7 @@ class Comparison:
   opponent: str
   matches: tuple[types.Match, ...]  # as the judge saw them (p stripped where ``stripped``)
   results: tuple[types.MatchResult, ...]
-  scores: tuple[float | None, ...]  # outcome() of each result: 1, 0.5, 0 or None (failed)
+  scores: tuple[float | None, ...]  # win_rate.outcome() of each result: 1, 0.5, 0 or None (failed)
   stripped: tuple[bool, ...]
   overall: WinRate
   by_subtask: dict[str, WinRate]
@@ -154,14 +146,6 @@ class Comparison:
             "by_subtask": {s: w.to_dict() for s, w in self.by_subtask.items()},
             "stripped_matches": int(sum(self.stripped)),
             "requests": int(sum(r.requests for r in self.results))}
-
-
-def outcome(result: types.MatchResult) -> float | None:
-  """1 (P wins), 0.5 (tie), 0 (P loses) or None for a failed match (left out)."""
-  if not result.ok:
-    return None
-  diff = result.score_p - result.score_q
-  return 1.0 if diff > TOLERANCE else 0.0 if diff < -TOLERANCE else 0.5
 
 
 def interval(scores: Sequence[float | None], task_ids: Sequence[str], *, method: str = "bootstrap",
@@ -200,13 +184,9 @@ def interval(scores: Sequence[float | None], task_ids: Sequence[str], *, method:
 
 def _rate(scores: Sequence[float | None], task_ids: Sequence[str], method: str, samples: int,
           seed: int) -> WinRate:
-  judged = [s for s in scores if s is not None]
   low, high = interval(scores, task_ids, method=method, samples=samples, seed=seed)
-  return WinRate(wins=sum(s == 1.0 for s in judged), ties=sum(s == 0.5 for s in judged),
-                 losses=sum(s == 0.0 for s in judged), failed=len(scores) - len(judged),
-                 tasks=len(set(task_ids)),
-                 rate=float(np.mean(judged)) if judged else math.nan,
-                 low=low, high=high, method=method)
+  counts = dataclasses.asdict(win_rate_lib.count(scores))
+  return WinRate(**counts, tasks=len(set(task_ids)), low=low, high=high, method=method)
 
 
 def lacks_tool_results(trajectory: types.Trajectory) -> bool:
@@ -276,7 +256,7 @@ def win_rate(policy: Sequence[types.Trajectory], opponent: Sequence[types.Trajec
   results = list(judge.judge(matches)) if matches else []
   if len(results) != len(matches):
     raise ValueError(f"judge {judge!r} returned {len(results)} results for {len(matches)} matches")
-  scores = [outcome(r) for r in results]
+  scores = [win_rate_lib.outcome(r) for r in results]
   task_ids = [task_id_of(p, f"policy[{k}]") for k, p in enumerate(policy)]
   subtasks = [subtask_of(p) for p in policy]
   by_subtask = {}

@@ -76,11 +76,15 @@ def make_policy(config: ml_collections.ConfigDict, workdir: str, env: Any = None
   tok = tokenizer_for(config, workdir, env)
   init = config.model.init
   if init.preset:
-    cfg = dataclasses.replace(model_config.get_preset(init.preset), vocab_size=tok.vocab_size)
-    model = make_model(cfg, seed=int(init.seed))
+    cfg = dataclasses.replace(model_config.get_preset(init.preset), vocab_size=tok.vocab_size,
+                              compute_dtype=config.model.compute_dtype)
+    model = make_model(cfg, seed=int(init.seed), attention=config.model.attention)
   else:
     from arenarl_jax.models.loading import load_model  # pylint: disable=import-outside-toplevel
-    cfg, model = load_model(config.model.source, cache_dir=config.model.cache_dir or None)
+    cfg, model = load_model(config.model.source, cache_dir=config.model.cache_dir or None,
+                            compute_dtype=config.model.compute_dtype,
+                            attention=config.model.attention,
+                            use_cache=jax.process_count() == 1)
     if cfg.vocab_size < tok.vocab_size:
       raise ValueError(f"{workdir}/{TOKENIZER_DIR}: the tokenizer has {tok.vocab_size} ids but "
                        f"model.source={config.model.source!r} only {cfg.vocab_size}")

@@ -22,8 +22,8 @@ import numpy as np
 from flax import nnx
 from jax.sharding import Mesh
 
-from arenarl_jax import backend_options
-from arenarl_jax.models import token_step
+from arenarl_jax.models import attention_choice
+from arenarl_jax.models.cpu import decode as cpu_decode
 from arenarl_jax.sampling import programs
 from arenarl_jax.sampling.buckets import (bucket_length, cache_size_ladder, pad_rows,
                                           power_of_two_buckets)
@@ -40,17 +40,17 @@ class Sampler:
   ``cache_len`` is the most tokens a row can hold. The cache starts at the smallest of
   ``cache_sizes`` that fits and grows to the next one when a row needs room, between turns and
   within a turn (decode pauses, the state moves, decoding resumes with the same tokens):
-  XLA's attention reads every slot of the cache (the CPU kernel only the filled ones), so short
-  rows stay cheap and hold little memory. Each size compiles its programs once. The default
+  The reference attention reads every slot of the cache (the CPU kernel only the filled ones), so
+  short rows stay cheap and hold little memory. Each size compiles its programs once. The default
   ladder is ``cache_size_ladder(cache_len)`` (32, 64, 96, 128, 192, 256, ..., cache_len);
   ``cache_sizes=()`` keeps the cache at cache_len throughout.
-  ``feature_major``: decode steps with ``models.token_step`` (True), with ``model(...)`` (False),
-  or as ``backend_options.feature_major_decode`` says for this backend (None: on CPU).
+  Decode steps run as the model's attention choice says (``model.attention``): with
+  ``cpu_kernel`` (``auto`` on CPU) the feature-major step of ``models/cpu/decode.py``, otherwise
+  ``model.hidden``. Models other than the library's Transformer always use ``model.hidden``.
   """
 
   def __init__(self, model: nnx.Module, *, cache_len: int, buckets: Sequence[int] | None = None,
-               cache_sizes: Sequence[int] | None = None, mesh: Mesh | None = None,
-               feature_major: bool | None = None):
+               cache_sizes: Sequence[int] | None = None, mesh: Mesh | None = None):
     self.graphdef, self.params = nnx.split(model)
     self.cfg = model.cfg
     self.cache_len = int(cache_len)
@@ -64,11 +64,8 @@ class Sampler:
       raise ValueError(f"cache_sizes {self.cache_sizes} must lie in [1, cache_len="
                        f"{self.cache_len}]")
     self.mesh = mesh
-    if feature_major is None:
-      feature_major = backend_options.feature_major_decode() and token_step.supports(model)
-    elif feature_major and not token_step.supports(model):
-      raise ValueError(f"feature_major decode needs a Transformer, got {type(model).__name__}")
-    self.feature_major = bool(feature_major)
+    self.feature_major = cpu_decode.supports(model) and attention_choice.resolve(
+        model.attention).feature_major_decode
     self._kernels = None  # feature-major decode: the transposed kernels of self.params
 
   def _cache_size(self, need: int) -> int:

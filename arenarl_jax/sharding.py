@@ -89,6 +89,13 @@ def spec_for(path: str, shape: Sequence[int], mesh: Mesh,
   return P(*fitted)
 
 
+def sharding_for(path: Sequence[Any] | str, shape: Sequence[int], mesh: Mesh,
+                 rules: Sequence[tuple[str, P]] = DEFAULT_RULES) -> NamedSharding:
+  """The NamedSharding of one parameter (``path``: a key path, an nnx state path or a string)."""
+  name = path if isinstance(path, str) else path_str(path)
+  return NamedSharding(mesh, spec_for(name, shape, mesh, rules))
+
+
 def param_shardings(tree: Any, mesh: Mesh, rules: Sequence[tuple[str, P]] = DEFAULT_RULES):
   """A pytree of NamedSharding matching ``tree`` (an nnx.State, dict of arrays, ...)."""
   def one(path, x):

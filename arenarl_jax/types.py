@@ -76,16 +76,23 @@ class Match:
 class MatchResult:
   """Bidirectional-sum scores in [0, 20] (forward A + backward B, and vice versa).
 
-  A failed match has ``ok=False``, an ``error`` message, and is scored as a tie by the tournament.
-  ``requests`` counts judge requests actually sent (2 per match unless cached or failed early);
-  ``detail`` carries backend-specific diagnostics (per-direction scores, raw replies' lengths, ...).
+  A failed match (a reply that still fails after constrained decoding and the bounded repair
+  path) has ``ok=False`` and an ``error`` message; its scores carry no information (backends put
+  0, 0) and are ignored. Which side broke the judge is unknowable, so the failure rule holds for
+  both: the tournament leaves the match out of the ranking evidence and demotes BOTH players to
+  a shared last place with base reward 0 (tournament/topology.py), so no trajectory gains from a
+  failure. It is never a tie. A failed evaluation match is left out of the win rate and counted
+  (``win_rate.py``).
+  ``requests`` counts the judge requests this match actually sent, set by the judge itself (2 per
+  match when both orders were asked, 0 when cached, more with re-asks); ``detail`` carries
+  backend-specific diagnostics (per-direction scores, raw replies' lengths, ...).
   """
 
   score_p: float
   score_q: float
   ok: bool = True
   error: str | None = None
-  requests: int = 2
+  requests: int = 0
   detail: Mapping[str, Any] | None = None
 
 
@@ -102,9 +109,9 @@ class GroupResult:
   """What the tournament computed for one group of N trajectories."""
 
   order: tuple[int, ...]  # trajectory indices, best first
-  ranks: np.ndarray  # int32 [N], 1 = best ("min" ranks when the topology allows ties)
+  ranks: np.ndarray  # int32 [N], 1 = best ("min" ranks for ties; demoted players share the last)
   base_rewards: np.ndarray  # float32 [N] in [0, 1]
   advantages: np.ndarray  # float32 [N]
   matches: tuple[tuple[Match, MatchResult], ...]  # the match log, in play order
-  requests: int  # judge requests (one match = two)
-  failures: int  # matches that failed and were scored as ties
+  requests: int  # judge requests (one match = two), as the judge counted them
+  failures: int  # failed matches (left out of the evidence; both players demoted, reward 0)

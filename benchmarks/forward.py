@@ -83,12 +83,13 @@ def main():
   parser.add_argument("--tokens", type=int, default=256)
   parser.add_argument("--repeats", type=int, default=3)
   parser.add_argument("--chunk", type=int, default=64, help="token_logprobs chunk over T")
+  parser.add_argument("--attention", default="auto", help="model.attention")
   args = parser.parse_args()
   n_tok = args.batch * args.tokens
   print(f"load average at start: {os.getloadavg()}; devices: {jax.devices()[:1]}")
 
   start = time.perf_counter()
-  cfg, model = load_model("smollm2")
+  cfg, model = load_model("smollm2", attention=args.attention)
   print(f"load_model('smollm2'): {time.perf_counter() - start:.1f} s")
   tokens = np.random.default_rng(0).integers(0, cfg.vocab_size, (args.batch, args.tokens))
   tokens = tokens.astype(np.int32)

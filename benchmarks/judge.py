@@ -1,22 +1,37 @@
-"""Judge throughput in matches/s: local Flax judge (logit mode) vs the HTTP judge on llama.cpp.
+"""Judge throughput in matches/s: local Flax judge (logit and generative mode) vs the HTTP judge.
 
-  .venv/bin/python benchmarks/judge.py                     # both parts
-  .venv/bin/python benchmarks/judge.py --http_matches 8 --n_threads 2
+  .venv/bin/python benchmarks/judge.py                     # all parts
+  .venv/bin/python benchmarks/judge.py --http_matches 8 --n_threads 2 --n_threads_batch 2
+  .venv/bin/python benchmarks/judge.py --server native --server_binary /path/llama-server --parallel 4
   .venv/bin/python benchmarks/judge.py --http_matches 0 --flax_matches 16   # Flax only
 
-HTTP part: llama.cpp's server (llama-cpp-python) with the SmolLM2-135M GGUF, started here on
-127.0.0.1; ~300-token trajectories; the travel rubric with the compact, JSON-schema-constrained
-verdict; one match = two requests, all in flight together (the server answers one at a time).
-One warm-up match is excluded from the timing.
+HTTP part: an OpenAI-compatible llama.cpp server with the SmolLM2-135M GGUF, started here on
+127.0.0.1 with explicit ``n_threads`` (decode) and ``n_threads_batch`` (prompt processing):
+``--server python`` is llama-cpp-python's server (one request at a time: no slots, no continuous
+batching); ``--server native`` is llama.cpp's own ``llama-server`` with ``--parallel`` slots and
+continuous batching (``--server_binary``, ``$LLAMA_SERVER_BIN`` or PATH); ``auto`` (default)
+takes native when the binary is found. The server's configuration is printed. ~300-token
+trajectories; the travel rubric with the compact, JSON-schema-constrained verdict (~130 generated
+tokens per request); one match = two requests, all in flight together. One warm-up match is
+excluded from the timing.
 
-Flax part: ``FlaxJudge`` in logit mode on SmolLM2 (float32, in this process) judging the same kind
-of matches in one batched call: the rubric prefix prefilled once, rows in chunks of
-``--flax_max_rows``, no generation; a warm-up call compiles the programs first. Ends with one line:
-``RESULT flax_matches_s=... http_matches_s=...``. Timings on a shared machine are noisy.
+Flax part: ``FlaxJudge`` on SmolLM2 (float32, in this process) judging the same matches in one
+batched call per mode: the rubric prefix prefilled once, rows in chunks of ``--flax_max_rows``.
+Logit mode generates nothing (one teacher-forced pass reads the score distributions); generative
+mode writes the same compact verdict the HTTP judge asks for (unconstrained, greedy, at most
+``--max_tokens`` tokens) and parses it strictly. A warm-up call compiles each mode's programs.
+
+Agreement: the fraction of matches (judged ok by both) where the two modes name the same winner
+(P, Q or tie), and each backend's agreement with the ground truth: every trajectory has a known
+quality, and the programmatic rubric judge with no noise gives the reference verdicts. With a
+135M judge these say more about the model than about the method. Ends with one line:
+``RESULT flax_logit_matches_s=... flax_generative_matches_s=... http_matches_s=...
+logit_vs_generative_agreement=...`` (plus truth agreements). Timings on a shared machine are noisy.
 """
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import math
 import time
 
@@ -30,73 +45,136 @@ from arenarl_jax.types import Match, Step, ToolCall, Trajectory
 _CITIES = ["Lyon", "Paris", "Nice", "Bordeaux", "Lille", "Nantes", "Strasbourg", "Toulouse"]
 
 
-def make_trajectory(rng: np.random.Generator, query: str) -> Trajectory:
-  """A two-tool-call travel trajectory of about 300 tokens (~1,200 characters)."""
+def make_trajectory(rng: np.random.Generator, query: str, quality: int = 3) -> Trajectory:
+  """A travel trajectory of about 300 tokens (~1,200 characters) of a known ``quality`` 0-3.
+
+  3: two tool calls and a plan with times, prices and the return; 2: the same calls, a plan
+  without prices or return; 1: the train search only and a vague plan; 0: no tool calls, a vague
+  plan. ``metadata["quality"]`` carries it for the ground-truth checker.
+  """
   city, other = rng.choice(_CITIES, 2, replace=False)
   hour = int(rng.integers(7, 11))
   price = int(rng.integers(20, 90))
-  steps = (
-      Step(reasoning=f"The user wants a day trip from {city} to {other}. I should check trains "
-                     f"and the main sights, then plan the timing and the budget.",
-           tool_calls=(ToolCall("search_train_tickets",
-                                {"date": "2026-12-05", "from_city": city, "to_city": other}),),
-           tool_results=(f"TGV {hour}:04 {city} -> {other} arrives {hour + 2}:10, {price} EUR; "
-                         f"TER {hour + 1}:30 arrives {hour + 4}:02, {price // 2} EUR; return "
-                         f"trains every hour until 21:40.",)),
-      Step(reasoning=f"Now the sights near the station in {other}.",
-           tool_calls=(ToolCall("around_search", {"location": "45.76,4.83", "radius": 3000,
-                                                  "keyword": "museum"}),),
-           tool_results=(f"Musee des Beaux-Arts (0.8 km, 10:00-18:00, 12 EUR); old town walking "
-                         f"tour (1.2 km, free); covered market (0.5 km, closes 14:00).",)),
-      Step(content=f"Take the TGV at {hour}:04 from {city} ({price} EUR), arriving {hour + 2}:10 "
-                   f"in {other}. Walk to the covered market before it closes at 14:00, then the "
-                   f"Musee des Beaux-Arts (12 EUR, open until 18:00) and the free old-town tour. "
-                   f"Return on any hourly train until 21:40. Total about {price * 2 + 12} EUR."),
-  )
-  return Trajectory(query, steps)
+  think = Step(reasoning=f"The user wants a day trip from {city} to {other}. I should check trains "
+                         f"and the main sights, then plan the timing and the budget.")
+  trains = dataclasses.replace(think, tool_calls=(ToolCall(
+      "search_train_tickets", {"date": "2026-12-05", "from_city": city, "to_city": other}),),
+      tool_results=(f"TGV {hour}:04 {city} -> {other} arrives {hour + 2}:10, {price} EUR; TER "
+                    f"{hour + 1}:30 arrives {hour + 4}:02, {price // 2} EUR; return trains "
+                    f"every hour until 21:40.",))
+  sights = Step(reasoning=f"Now the sights near the station in {other}.",
+                tool_calls=(ToolCall("around_search", {"location": "45.76,4.83", "radius": 3000,
+                                                       "keyword": "museum"}),),
+                tool_results=(f"Musee des Beaux-Arts (0.8 km, 10:00-18:00, 12 EUR); old town "
+                              f"walking tour (1.2 km, free); covered market (0.5 km, closes "
+                              f"14:00).",))
+  answers = {
+      3: (f"Take the TGV at {hour}:04 from {city} ({price} EUR), arriving {hour + 2}:10 in "
+          f"{other}. Walk to the covered market before it closes at 14:00, then the Musee des "
+          f"Beaux-Arts (12 EUR, open until 18:00) and the free old-town tour. Return on any "
+          f"hourly train until 21:40. Total about {price * 2 + 12} EUR."),
+      2: (f"Take the morning TGV from {city} to {other}. Walk to the covered market first, then "
+          f"visit the Musee des Beaux-Arts and join the old-town walking tour in the afternoon. "
+          f"Come back by train in the evening; the trip is comfortable and the sights are close "
+          f"to the station."),
+      1: (f"Take a train from {city} to {other} in the morning. There should be some museums and "
+          f"a nice old town to walk around. Come back in the evening. It should be a pleasant "
+          f"day; check the details before you leave."),
+      0: (f"{other} is a nice city for a day trip. Trains usually run often, and there are many "
+          f"things to see. Have a good trip and enjoy the local food; remember to bring "
+          f"comfortable shoes."),
+  }
+  steps = {3: (trains, sights), 2: (trains, sights), 1: (trains, think), 0: (think,)}[quality]
+  return Trajectory(query, steps + (Step(content=answers[quality]),),
+                    metadata={"quality": quality})
 
 
 def make_matches(n: int, seed: int = 0) -> list[Match]:
+  """``n`` matches between trajectories of two different random qualities."""
   rng = np.random.default_rng(seed)
   query = "Plan a one-day train trip with sights and a budget, leaving next Saturday."
-  return [Match(k, 0, 1, query, make_trajectory(rng, query), make_trajectory(rng, query))
-          for k in range(n)]
+  out = []
+  for k in range(n):
+    qp, qq = rng.choice(4, 2, replace=False).tolist()
+    out.append(Match(k, 0, 1, query, make_trajectory(rng, query, qp),
+                     make_trajectory(rng, query, qq)))
+  return out
 
 
-def bench_http(n_matches: int, n_threads: int, max_tokens: int) -> tuple[float, dict]:
-  """Matches/s of the HTTP judge against a local llama.cpp server, and the judge's metrics."""
-  with local_server.LlamaServer(find_smollm2_gguf(), n_ctx=2048, n_threads=n_threads) as server:
+def truth_checker(traj: Trajectory) -> dict:
+  """Ground truth for the rubric judge: every dimension = 1 + 3 * quality."""
+  from arenarl_jax.judges import rubric as rubric_lib  # pylint: disable=g-import-not-at-top
+  x = 1 + 3 * int(traj.metadata["quality"])
+  r = rubric_lib.TRAVEL
+  return {s: {d.name: x for d in r.dimensions(s)} for s in rubric_lib.SECTIONS}
+
+
+def winners(results) -> list[int | None]:
+  """Per match: 1 (P wins), -1 (Q wins), 0 (tie), None (failed)."""
+  return [None if not r.ok else int(np.sign(round(r.score_p - r.score_q, 6))) for r in results]
+
+
+def agreement(a: list[int | None], b: list[int | None]) -> tuple[float, int]:
+  """Fraction of matches (ok in both) with the same winner, and how many were compared."""
+  pairs = [(x, y) for x, y in zip(a, b) if x is not None and y is not None]
+  return (sum(x == y for x, y in pairs) / len(pairs) if pairs else math.nan), len(pairs)
+
+
+def make_server(args) -> local_server.LlamaServer:
+  """The HTTP side's server: llama.cpp's native server when asked for (or found, with auto)."""
+  model = find_smollm2_gguf()
+  threads = dict(n_threads=args.n_threads, n_threads_batch=args.n_threads_batch)
+  binary = local_server.find_native_server(args.server_binary)
+  if args.server == "native" and binary is None:
+    raise SystemExit("--server native: no llama-server binary (--server_binary, "
+                     "$LLAMA_SERVER_BIN or PATH)")
+  if args.server != "python" and binary is not None:
+    return local_server.NativeLlamaServer(binary, model, parallel=args.parallel, n_ctx=2048,
+                                          **threads)
+  return local_server.LlamaServer(model, n_ctx=2048, **threads)
+
+
+def bench_http(matches: list[Match], args) -> tuple[float, dict, list]:
+  """Matches/s of the HTTP judge against a local llama.cpp server, its metrics and results."""
+  server = make_server(args)
+  print(f"http server: {type(server).__name__} {server.settings()}")
+  with server:
     config = http.HttpJudgeConfig(base_url=server.base_url, model="smollm2",
-                                  response_format="json_object_schema", max_tokens=max_tokens,
-                                  max_concurrency=2 * n_matches, timeout_s=600.0,
+                                  response_format="json_object_schema",
+                                  max_tokens=args.max_tokens,
+                                  max_concurrency=2 * len(matches), timeout_s=600.0,
                                   parse_retries=0)
     judge = http.HttpJudge(config, "travel", compact=True)
     judge.judge(make_matches(1, seed=99))  # warm-up
     judge.metrics.reset()
-    matches = make_matches(n_matches)
     start = time.perf_counter()
     results = judge.judge(matches)
     wall = time.perf_counter() - start
   metrics = judge.metrics.snapshot()
   metrics["ok_matches"] = sum(r.ok for r in results)
-  return n_matches / wall, metrics
+  return len(matches) / wall, metrics, results
 
 
-def bench_flax(n_matches: int, max_rows: int) -> tuple[float, dict]:
-  """Matches/s of the local Flax judge (logit mode, SmolLM2 f32) and its metrics.
+def bench_flax(matches: list[Match], max_rows: int, mode: str = "logit",
+               max_new_tokens: int = 192, attention: str = "auto") -> tuple[float, dict, list]:
+  """Matches/s of the local Flax judge (SmolLM2 f32) in ``mode``, its metrics and results.
 
   The warm-up judges ``max_rows // 2`` other matches, which compiles the prefix and the
-  (max_rows, bucket) program the timed call uses; the timed call must compile nothing.
+  (max_rows, bucket) programs the timed call uses; the timed call must compile nothing.
+  Generative mode asks for the compact verdict (the HTTP side's tokens).
   """
   from arenarl_jax.judges import flax_judge  # pylint: disable=g-import-not-at-top
-  judge = flax_judge.make_flax_judge({"rubric": "travel", "flax": {
-      "model": "smollm2", "max_rows": max_rows, "max_user_tokens": 2048}})
+  flax = {"model": "smollm2", "max_rows": max_rows, "max_user_tokens": 2048, "mode": mode,
+          "attention": attention}
+  if mode == "generative":
+    flax["max_new_tokens"] = max_new_tokens
+  judge = flax_judge.make_flax_judge({"rubric": "travel", "compact": mode == "generative",
+                                      "flax": flax})
   start = time.perf_counter()
   judge.judge(make_matches(max(1, max_rows // 2), seed=99))  # warm-up
   warmup_s = time.perf_counter() - start
   judge.metrics.reset()
   judge.counts.clear()
-  matches = make_matches(n_matches)
   start = time.perf_counter()
   results = judge.judge(matches)
   wall = time.perf_counter() - start
@@ -105,10 +183,20 @@ def bench_flax(n_matches: int, max_rows: int) -> tuple[float, dict]:
   metrics["prefix_tokens"] = len(judge.prefix_state("pairwise")[0])
   metrics["warmup_s"] = warmup_s
   metrics["tokens_s"] = metrics["tokens"] / wall
-  metrics["score_mass_p50"] = float(np.median([r.detail["score_mass"] for r in results if r.ok]))
+  if mode == "logit":
+    metrics["score_mass_p50"] = float(np.median([r.detail["score_mass"] for r in results
+                                                 if r.ok]))
+  errors = [r.error for r in results if not r.ok]
+  metrics["first_error"] = (errors[0] or "")[:160] if errors else ""
   margins = [abs(r.score_p - r.score_q) for r in results if r.ok]
-  metrics["margin_p50"] = float(np.median(margins))
-  return n_matches / wall, metrics
+  metrics["margin_p50"] = float(np.median(margins)) if margins else math.nan
+  return len(matches) / wall, metrics, results
+
+
+def truth(matches: list[Match]) -> list[int | None]:
+  """The noise-free rubric judge's winners (the ground truth)."""
+  from arenarl_jax.judges import rubric_judge  # pylint: disable=g-import-not-at-top
+  return winners(rubric_judge.RubricJudge(truth_checker, "travel").judge(matches))
 
 
 def matmul_gflops(n: int = 1024, repeats: int = 3) -> float:
@@ -128,32 +216,65 @@ def matmul_gflops(n: int = 1024, repeats: int = 3) -> float:
 def main() -> None:
   parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
   parser.add_argument("--http_matches", type=int, default=8, help="0 skips the HTTP part")
-  parser.add_argument("--flax_matches", type=int, default=64, help="0 skips the Flax part")
+  parser.add_argument("--flax_matches", type=int, default=64, help="0 skips the Flax parts")
+  parser.add_argument("--generative_matches", type=int, default=16,
+                      help="Flax generative-mode matches (the first of the Flax ones); 0 skips")
   parser.add_argument("--flax_max_rows", type=int, default=8, help="rows per compiled call")
-  parser.add_argument("--n_threads", type=int, default=2, help="llama.cpp threads")
+  parser.add_argument("--server", choices=("auto", "python", "native"), default="auto")
+  parser.add_argument("--server_binary", default="", help="llama.cpp's llama-server")
+  parser.add_argument("--parallel", type=int, default=4, help="native server slots")
+  parser.add_argument("--n_threads", type=int, default=2, help="llama.cpp decode threads")
+  parser.add_argument("--n_threads_batch", type=int, default=2,
+                      help="llama.cpp prompt-processing threads")
   parser.add_argument("--max_tokens", type=int, default=192)
+  parser.add_argument("--attention", default="auto", help="model.attention of the Flax judge")
   args = parser.parse_args()
-  flax_rate = http_rate = math.nan
+  n_all = max(args.flax_matches, args.http_matches, args.generative_matches)
+  matches = make_matches(n_all)
+  reference = truth(matches)
+  rate = {"logit": math.nan, "generative": math.nan, "http": math.nan}
+  verdicts: dict[str, list] = {}
   if args.flax_matches:
     print(f"matmul 1024^3 float32 now: {matmul_gflops():.0f} GFLOP/s")
-    flax_rate, m = bench_flax(args.flax_matches, args.flax_max_rows)
-    print(f"flax: {args.flax_matches} matches ({m['rows']} prompts, {m['tokens']} prompt tokens "
-          f"after the shared {m['prefix_tokens']}-token prefix): {flax_rate:.4f} matches/s, "
-          f"{m['tokens_s']:.0f} tokens/s; ok={m['ok_matches']}, calls={m['calls']}, "
+    rate["logit"], m, res = bench_flax(matches[:args.flax_matches], args.flax_max_rows,
+                                        attention=args.attention)
+    verdicts["logit"] = winners(res)
+    print(f"flax logit: {args.flax_matches} matches ({m['rows']} prompts, {m['tokens']} prompt "
+          f"tokens after the shared {m['prefix_tokens']}-token prefix): {rate['logit']:.4f} "
+          f"matches/s, {m['tokens_s']:.0f} tokens/s; ok={m['ok_matches']}, calls={m['calls']}, "
           f"compiles while timed={m['compiles']}, call latency p50 = {m['latency_ms_p50']:.0f} "
           f"ms, score mass p50 = {m['score_mass_p50']:.3f}, |score_p - score_q| p50 = "
-          f"{m['margin_p50']:.3f}; warm-up (compiles + {args.flax_max_rows // 2} matches) "
+          f"{m['margin_p50']:.3f}, order flips = {m['order_flip_rate']:.3f}; warm-up "
           f"{m['warmup_s']:.0f} s")
+  if args.flax_matches and args.generative_matches:
+    n = min(args.generative_matches, args.flax_matches)
+    rate["generative"], m, res = bench_flax(matches[:n], args.flax_max_rows, "generative",
+                                            args.max_tokens, attention=args.attention)
+    verdicts["generative"] = winners(res)
+    print(f"flax generative: {n} matches ({m['rows']} prompts, compact verdict, at most "
+          f"{args.max_tokens} new tokens, greedy): {rate['generative']:.4f} matches/s; "
+          f"ok={m['ok_matches']}, parse_failures={m['parse_failures']}, calls={m['calls']}, "
+          f"order flips = {m['order_flip_rate']:.3f}; warm-up {m['warmup_s']:.0f} s"
+          + (f"; first error: {m['first_error']}" if m["first_error"] else ""))
   if args.http_matches:
-    http_rate, metrics = bench_http(args.http_matches, args.n_threads, args.max_tokens)
-    print(f"http: {args.http_matches} matches ({2 * args.http_matches} requests, llama.cpp "
-          f"n_threads={args.n_threads}): {http_rate:.3f} matches/s; ok={metrics['ok_matches']}, "
-          f"parse_failures={metrics['parse_failures']}, latency p50/p90/p99 = "
-          f"{metrics['latency_ms_p50']:.0f}/{metrics['latency_ms_p90']:.0f}/"
-          f"{metrics['latency_ms_p99']:.0f} ms")
-  if not (math.isnan(flax_rate) or math.isnan(http_rate)):
-    print(f"flax / http = {flax_rate / http_rate:.2f}x (target >= 5x)")
-  print(f"RESULT flax_matches_s={flax_rate:.4g} http_matches_s={http_rate:.4g}")
+    rate["http"], m, res = bench_http(matches[:args.http_matches], args)
+    verdicts["http"] = winners(res)
+    print(f"http: {args.http_matches} matches ({m['requests']} requests): {rate['http']:.4f} "
+          f"matches/s; ok={m['ok_matches']}, parse_failures={m['parse_failures']}, order flips "
+          f"= {m['order_flip_rate']:.3f}, latency p50/p90/p99 = {m['latency_ms_p50']:.0f}/"
+          f"{m['latency_ms_p90']:.0f}/{m['latency_ms_p99']:.0f} ms")
+  lg, n_lg = agreement(verdicts.get("logit", []), verdicts.get("generative", []))
+  print(f"logit vs generative: same winner on {lg:.3f} of {n_lg} matches judged ok by both")
+  truth_keys = []
+  for name, v in verdicts.items():
+    a, n = agreement(v, reference)
+    print(f"{name} vs ground truth (noise-free rubric judge): {a:.3f} of {n} matches")
+    truth_keys.append(f"{name}_truth_agreement={a:.4g}")
+  if not (math.isnan(rate["logit"]) or math.isnan(rate["http"])):
+    print(f"flax logit / http = {rate['logit'] / rate['http']:.2f}x (target >= 5x)")
+  print(f"RESULT flax_logit_matches_s={rate['logit']:.4g} "
+        f"flax_generative_matches_s={rate['generative']:.4g} http_matches_s={rate['http']:.4g} "
+        f"logit_vs_generative_agreement={lg:.4g} " + " ".join(truth_keys))
 
 
 if __name__ == "__main__":

@@ -11,7 +11,7 @@ each in its own worker process (so this process's peak RSS stays ours), and the 
 run stops after --hf-max-time seconds (torch with 2 threads can collapse on a busy machine) and
 then counts the tokens it made. Ceiling: the decode step's matmuls alone (q/k/v/o, gate/up/down of
 every layer, then the tied head, chained, at 32 rows, in the form decode uses: feature-major on
-CPU, see models/token_step.py); ceiling tok/s = rows / matmul time. On a
+CPU, see models/cpu/decode.py); ceiling tok/s = rows / matmul time. On a
 shared machine the load changes from minute to minute, so each repeat runs ours, the ceiling and
 both transformers workers back to back and the medians over repeats are compared. llama.cpp:
 single stream (one prompt, 128 tokens) when `llama_cpp` imports. Ends with one ``RESULT`` line.
@@ -28,8 +28,8 @@ import time
 import jax
 import jax.numpy as jnp
 
-from arenarl_jax import backend_options
-from arenarl_jax.models import token_step
+from arenarl_jax.models.cpu import compile_options
+from arenarl_jax.models.cpu import decode as token_step
 from arenarl_jax.models.embedded import find_smollm2_gguf
 from arenarl_jax.models.loading import load_model
 from arenarl_jax.sampler import Sampler, SamplingSettings
@@ -50,7 +50,7 @@ def make_prompts(n: int, length: int) -> list[list[int]]:
 def matmul_ceiling_fn(model, rows: int, feature_major: bool):
   """One decode step's weight matmuls, chained layer by layer, at ``rows`` rows, in the form the
   sampler's decode uses: ``x[N, D] @ W[D, E]``, or feature-major ``Wt[E, D] @ x[D, N]`` with the
-  transposed kernels made beforehand (``models.token_step``)."""
+  transposed kernels made beforehand (``models/cpu/decode.py``)."""
   cfg = model.cfg
   layers = [tuple(k.kernel[...] for k in (l.attn.q, l.attn.k, l.attn.v, l.attn.o, l.mlp.gate,
                                           l.mlp.up, l.mlp.down)) for l in model.layers]
@@ -60,10 +60,10 @@ def matmul_ceiling_fn(model, rows: int, feature_major: bool):
     layers, head = token_step.transposed_kernels(model)
     x_ND = x_ND.T.copy()  # [D, N]
 
-  def mm(a, b):  # as token_step: a barrier keeps XLA from refolding the transposed form
+  def mm(a, b):  # as models/cpu/decode.py: a barrier keeps XLA from refolding the transposed form
     return jax.lax.optimization_barrier(a @ b) if feature_major else a @ b
 
-  @backend_options.program  # compiled exactly as the sampler's programs are
+  @compile_options.program  # compiled exactly as the sampler's programs are
   def run(layers, head, x):
     for wq, wk, wv, wo, wg, wu, wd in layers:
       q, k, v = (mm(wq, x), mm(wk, x), mm(wv, x)) if feature_major else (x @ wq, x @ wk, x @ wv)
@@ -149,6 +149,7 @@ def main():
   parser.add_argument("--prompt-len", type=int, default=64)
   parser.add_argument("--new", type=int, default=128)
   parser.add_argument("--repeats", type=int, default=3)
+  parser.add_argument("--attention", default="auto", help="model.attention")
   parser.add_argument("--hf-max-time", type=float, default=90.0)
   parser.add_argument("--skip-transformers", action="store_true")
   parser.add_argument("--transformers-worker", type=int, default=0, help=argparse.SUPPRESS)
@@ -157,7 +158,7 @@ def main():
     return transformers_worker(args.transformers_worker, args.prompt_len, args.prompts, args.group)
   rows, new = args.prompts * args.group, args.new
   print(f"load average at start: {os.getloadavg()}; devices: {jax.devices()[:1]}", flush=True)
-  _, model = load_model("smollm2")
+  _, model = load_model("smollm2", attention=args.attention)
   prompts = make_prompts(args.prompts, args.prompt_len)
 
   sampler = Sampler(model, cache_len=args.prompt_len + new)
@@ -167,7 +168,7 @@ def main():
   def ours():
     out, _ = sampler.sample(prompts, group_size=args.group, settings=settings, key=next(keys))
     assert int(out.lengths_N.min()) == new
-  feature_major = backend_options.feature_major_decode()
+  feature_major = sampler.feature_major
   ceiling = matmul_ceiling_fn(model, rows, feature_major)
   # For reference only: the same matmuls in the other form (the one decode does not use).
   other_ceiling = matmul_ceiling_fn(model, rows, not feature_major)

@@ -80,3 +80,19 @@ def test_pointwise_advantages_per_group():
 def test_non_finite_scores_are_errors():
   with pytest.raises(ValueError, match="non-finite"):
     advantages.pointwise_advantages(np.array([[1.0, np.nan]]))
+
+
+def test_pointwise_failed_scores_count_as_the_lowest_never_the_mean():
+  scores = np.array([[8.0, 6.0, np.nan, 7.0], [5.0, 9.0, 9.0, 1.0]])
+  ok = np.array([[True, True, False, True], [True, False, True, True]])
+  adv = advantages.pointwise_advantages(scores, ok)
+  # Row 0: the NaN counts as 0; row 1: the score 9 of a failed request is ignored, also 0.
+  np.testing.assert_allclose(adv, advantages.standardize(np.array(
+      [[8.0, 6.0, 0.0, 7.0], [5.0, 0.0, 9.0, 1.0]])), atol=1e-6)
+  assert adv[0, 2] == adv[0].min() and adv[1, 1] == adv[1].min()
+  # The failed trajectory never gets more than it would with any real score it could have had.
+  for real in np.linspace(0, 10, 11):
+    judged = advantages.pointwise_advantages(np.array([[8.0, 6.0, real, 7.0]]))
+    assert adv[0, 2] <= judged[0, 2] + 1e-6
+  with pytest.raises(ValueError, match="does not match"):
+    advantages.pointwise_advantages(scores, ok[:, :2])

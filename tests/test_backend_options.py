@@ -1,4 +1,4 @@
-"""backend_options.program: jax.jit with CPU compiler options, same results, safe fallbacks."""
+"""compile_options.program: jax.jit with CPU compiler options, same results, safe fallbacks."""
 import re
 
 import jax
@@ -6,7 +6,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from arenarl_jax import backend_options
+from arenarl_jax.models.cpu import compile_options
 
 
 def attention_like(s, v):
@@ -28,7 +28,7 @@ def inputs():
 
 def test_program_matches_jit_and_keeps_reductions_out_of_library_fusions(inputs, monkeypatch):
   monkeypatch.delenv("XLA_FLAGS", raising=False)
-  prog = backend_options.program(attention_like)
+  prog = compile_options.program(attention_like)
   assert jax.default_backend() == "cpu"
   np.testing.assert_allclose(prog(*inputs), jax.jit(attention_like)(*inputs), rtol=1e-5,
                              atol=1e-6)
@@ -39,7 +39,7 @@ def test_program_matches_jit_and_keeps_reductions_out_of_library_fusions(inputs,
 
 
 def test_users_xla_flags_win(inputs, monkeypatch):
-  prog = backend_options.program(attention_like)
+  prog = compile_options.program(attention_like)
   monkeypatch.setenv("XLA_FLAGS", "--xla_cpu_experimental_ynn_fusion_type=dot")
   text = prog.jitted().lower(*inputs).compile().as_text()
   assert text == jax.jit(attention_like).lower(*inputs).compile().as_text()
@@ -47,10 +47,10 @@ def test_users_xla_flags_win(inputs, monkeypatch):
 
 def test_an_unknown_option_falls_back_to_defaults_once(inputs, monkeypatch, caplog):
   monkeypatch.delenv("XLA_FLAGS", raising=False)
-  monkeypatch.setattr(backend_options, "CPU_OPTIONS",
+  monkeypatch.setattr(compile_options, "CPU_OPTIONS",
                       {"xla_cpu_experimental_ynn_fusion_type": "NOT_A_FUSION_TYPE"})
-  monkeypatch.setitem(backend_options._state, "cpu_options_ok", True)  # pylint: disable=protected-access
-  prog = backend_options.program(lambda x: jnp.tanh(x) * 2)
+  monkeypatch.setitem(compile_options._state, "cpu_options_ok", True)  # pylint: disable=protected-access
+  prog = compile_options.program(lambda x: jnp.tanh(x) * 2)
   np.testing.assert_allclose(prog(inputs[0]), jnp.tanh(inputs[0]) * 2, rtol=1e-6)
   assert "rejects" in caplog.text
-  assert not backend_options._state["cpu_options_ok"]  # pylint: disable=protected-access
+  assert not compile_options._state["cpu_options_ok"]  # pylint: disable=protected-access

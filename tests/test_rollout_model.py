@@ -83,7 +83,7 @@ def test_recorded_logprobs_equal_a_teacher_forced_pass(rolled):
   temperature = np.asarray([t.metadata["logprob_temperature"] for t in trajs], np.float32)
   assert set(temperature.tolist()) == {1.0, np.float32(0.9).item()}  # greedy anchors at T = 1, sampled rows at theirs
   forced = jax.jit(functools.partial(token_logprobs, model))
-  want = np.asarray(forced(jnp.asarray(tokens), temperature=jnp.asarray(temperature)[:, None, None]))
+  want = np.asarray(forced(jnp.asarray(tokens), temperature=jnp.asarray(temperature)))
   for k, t in enumerate(trajs):
     m = t.loss_mask.astype(bool)
     np.testing.assert_allclose(t.logprobs[m], want[k, :len(t.tokens)][m], atol=1e-4, rtol=0)

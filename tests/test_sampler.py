@@ -8,7 +8,7 @@ from flax import nnx
 from arenarl_jax.models import kv_cache
 from arenarl_jax.models.config import PRESETS, ModelConfig
 from arenarl_jax.models.kv_cache import KVCache
-from arenarl_jax.models.transformer import make_model
+from arenarl_jax.models.transformer import make_model, set_attention
 from arenarl_jax.sampler import (PAD, Sampler, SamplingSettings, finish_reasons, sample,
                                  token_lists)
 
@@ -201,17 +201,21 @@ def test_one_shot_sample_matches_the_sampler(tiny):
   np.testing.assert_array_equal(out.logp_NT, ref.logp_NT)
 
 
-def test_feature_major_decode_samples_what_the_model_call_samples(tiny):
-  """models.token_step (CPU default) and model(...) steps: same tokens, log-probs within 1e-5."""
+def test_every_attention_choice_samples_what_the_reference_samples(tiny):
+  """cpu_kernel (the CPU default: feature-major decode, kernel attention), dot_product_attention
+  and reference: same tokens, log-probs within 1e-5."""
   settings = SamplingSettings(temperature=1.5, max_new_tokens=12)
   prompts = [[5, 6, 7, 8], [9, 10]]
-  outs = [Sampler(tiny, cache_len=64, feature_major=fm).sample(
-      prompts, group_size=4, settings=settings, key=jax.random.key(5))[0] for fm in (True, False)]
-  np.testing.assert_array_equal(outs[0].tokens_NT, outs[1].tokens_NT)
-  np.testing.assert_allclose(outs[0].logp_NT, outs[1].logp_NT, atol=1e-5, rtol=0)
-  with pytest.raises(ValueError, match="needs a Transformer"):
-    Sampler(PlusOne(), cache_len=16, feature_major=True).sample(
-        [[1, 2]], group_size=1, settings=settings, key=jax.random.key(0))
+  outs = []
+  for attention in ("cpu_kernel", "dot_product_attention", "reference"):
+    sampler = Sampler(set_attention(tiny, attention), cache_len=64)
+    assert sampler.feature_major == (attention == "cpu_kernel")
+    outs.append(sampler.sample(prompts, group_size=4, settings=settings, key=jax.random.key(5))[0])
+  set_attention(tiny, "auto")
+  for out in outs[:2]:
+    np.testing.assert_array_equal(out.tokens_NT, outs[-1].tokens_NT)
+    np.testing.assert_allclose(out.logp_NT, outs[-1].logp_NT, atol=1e-5, rtol=0)
+  assert not Sampler(PlusOne(), cache_len=16).feature_major  # not the library's Transformer
 
 
 def test_multi_turn_equals_a_fresh_prefill_of_the_whole_history(tiny):

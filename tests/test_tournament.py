@@ -158,12 +158,16 @@ def test_all_tied_groups_give_zero_advantages(name):
     np.testing.assert_array_equal(res.ranks, np.ones(len(res.order)))
 
 
-def test_failed_matches_are_ties_logged_and_counted(caplog):
-  judge = ScoreMatrixJudge(pairwise(RR_N4, 4), fail_pairs=[(3, 0)])  # 0 < 3 becomes a tie
+def test_failed_matches_demote_both_players_logged_and_counted(caplog):
+  judge = ScoreMatrixJudge(pairwise(RR_N4, 4), fail_pairs=[(3, 0)])  # 0 < 3 fails
   with caplog.at_level(logging.WARNING):
     (res,) = tournament.rank(make_groups([4]), judge, "round_robin", 0, failure_threshold=0.2)
-  # Points: 0: 1 + 0.5 + 0.5, 1: 0 + 1 + 1, 2: 0.5 + 0 + 0.5, 3: 0.5 + 0 + 0.5.
-  np.testing.assert_array_equal(res.ranks, [1, 1, 3, 3])
+  # Points without (0, 3): 0: 1 + 0.5, 1: 0 + 1 + 1, 2: 0.5 + 0 + 0.5, 3: 0 + 0.5. As a tie the
+  # failure would give 0 and 3 half a point each (old rule: ranks [1, 1, 3, 3]); now 0 and 3 share
+  # the last place: ranks [3, 1, 2, 3], rewards [0, 1, 0.5, 0].
+  np.testing.assert_array_equal(res.ranks, [3, 1, 2, 3])
+  np.testing.assert_allclose(res.base_rewards, [0.0, 1.0, 0.5, 0.0])
+  assert res.order == (1, 2, 0, 3)
   assert res.failures == 1 and res.requests == 12
   failed = [(m.i, m.j) for m, r in res.matches if not r.ok]
   assert failed == [(0, 3)]
@@ -199,6 +203,16 @@ def test_requests_come_from_the_judge_results():
 
   (res,) = tournament.rank(make_groups([4]), CachingJudge(), "anchor", 0)
   assert res.requests == 2  # only i = 2 of the matches (1,0), (2,0), (3,0) sent requests
+
+
+def test_requests_are_never_assumed():
+  """A judge that does not count its requests reports none: the count is the judge's, not 2."""
+  class Silent:
+    def judge(self, matches):
+      return [MatchResult(12.0, 8.0) for _ in matches]
+
+  (res,) = tournament.rank(make_groups([4]), Silent(), "round_robin", 0)
+  assert res.requests == 0 and len(res.matches) == 6
 
 
 @pytest.mark.parametrize("name", NAMES)

@@ -1,6 +1,8 @@
-"""On-disk cache of judge replies keyed by a hash of (model, messages, settings)."""
+"""On-disk cache of judge replies keyed by a hash of (endpoint, model, template, messages,
+sampling settings)."""
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import os
@@ -8,12 +10,28 @@ import tempfile
 from typing import Any, Mapping, Sequence
 
 
-def cache_key(model: str, messages: Sequence[Mapping[str, str]],
-              settings: Mapping[str, Any]) -> str:
-  """Stable SHA-256 hex digest; the API key and the server URL are deliberately not part of it."""
-  blob = json.dumps({"model": model, "messages": list(messages), "settings": dict(settings)},
-                    sort_keys=True, ensure_ascii=True, separators=(",", ":"))
+def _digest(obj: Any) -> str:
+  blob = json.dumps(obj, sort_keys=True, ensure_ascii=True, separators=(",", ":"), default=repr)
   return hashlib.sha256(blob.encode("ascii")).hexdigest()
+
+
+def template_hash(system_prompt: str, rubric: Any, limits: Any, mode: str, compact: bool) -> str:
+  """Hash of what shapes a prompt besides its trajectories: the rendered system prompt (the
+  template with the rubric in it), the rubric itself (dimensions, weights), the render limits,
+  the mode and the verdict format."""
+  as_data = lambda x: dataclasses.asdict(x) if dataclasses.is_dataclass(x) else x
+  return _digest({"system": system_prompt, "rubric": as_data(rubric), "limits": as_data(limits),
+                  "mode": mode, "compact": bool(compact)})
+
+
+def cache_key(endpoint: str, model: str, messages: Sequence[Mapping[str, str]],
+              settings: Mapping[str, Any], template: str = "") -> str:
+  """Stable SHA-256 hex digest of the endpoint (base URL, trailing "/" ignored), the model, the
+  template hash, the messages and the sampling settings (temperature, max_tokens,
+  response_format, ...). Two servers that serve the same model name never share an entry. The
+  API key is deliberately not part of it."""
+  return _digest({"endpoint": endpoint.rstrip("/"), "model": model, "template": template,
+                  "messages": list(messages), "settings": dict(settings)})
 
 
 class DiskCache:

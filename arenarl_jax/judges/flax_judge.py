@@ -18,11 +18,10 @@ pairwise judge exists to break. Identical prompts (e.g. both orders of a self-ma
 once, so a self-match ties exactly, and distinct prompts run in a canonical order (by length, then
 tokens), so swapping P and Q swaps the two sums exactly. Rows run in chunks of ``max_rows`` with
 their text right-padded to length buckets (``bucket_step``): one compiled program per
-(rows, bucket). The programs are not sharded: they run on the default device. On CPU the
-attention to the cache (text and score branches) runs on the compiled kernel of
-``models.cache_attention`` (each query reads only its visible slots; no [rows, heads, T, slots]
-score tensor): a 4-row chunk of the judge benchmark 9.2-11.0 -> 7.6-8.2 s; benchmark 0.19 ->
-0.244 matches/s (benchmarks/README.md, session 8).
+(rows, bucket). The programs are not sharded: they run on the default device. The model's own
+API does the work (``fill``, ``branch_hidden``, ``head``), so attention runs on the model's chosen
+implementation (``model.attention``; on CPU the compiled kernel, which reads only each query's
+visible slots).
 
     judge = make_judge({"backend": "flax", "rubric": "travel", "flax": {"model": "smollm2"}})
     judge = FlaxJudge(model, tokenizer, FlaxJudgeConfig(max_rows=16), rubric="travel")
@@ -30,7 +29,7 @@ score tensor): a 4-row chunk of the judge benchmark 9.2-11.0 -> 7.6-8.2 s; bench
 
 **Generative mode**: the sampler (prefix prefilled once, rows extended, greedy by default)
 writes the verdict, which is parsed strictly like an HTTP reply; an unparseable verdict makes the
-match ``ok=False`` (scored as a tie by the tournament).
+match ``ok=False`` (both players demoted by the tournament, never a tie: ``types.MatchResult``).
 
 Prompts whose match-specific part exceeds ``max_user_tokens`` are re-rendered with smaller
 character limits (so truncation keeps ``render.py``'s visible markers) until they fit.
@@ -45,21 +44,22 @@ from typing import Any, Callable, Sequence
 import jax
 import numpy as np
 from flax import nnx
+from jax.sharding import Mesh
 
 from arenarl_jax import chat_format
+from arenarl_jax import sharding
 from arenarl_jax.judges import flax_programs
 from arenarl_jax.judges import flax_reads
 from arenarl_jax.judges import render
 from arenarl_jax.judges import rubric as rubric_lib
 from arenarl_jax.judges import stats
 from arenarl_jax.judges import verdict as verdict_lib
-from arenarl_jax.models import cache_attention
-from arenarl_jax.models import token_step
+from arenarl_jax.models import attention_choice
 from arenarl_jax.sampling import buckets as bucketing
 from arenarl_jax.types import Match, MatchResult, Trajectory
 
 MODES = ("logit", "generative")
-TIE = 10.0  # each side of a failed match (the middle of [0, 20])
+FAILED = 0.0  # each side of a failed match (ignored by the tournament: MatchResult docs)
 _MAX_REFITS = 6  # re-renders with smaller character limits before a prompt counts as too long
 
 
@@ -68,15 +68,16 @@ class FlaxJudgeConfig:
   """Settings of the local judge (``judge.flax`` in configs)."""
 
   model: str = "smollm2"  # make_flax_judge loads it: "smollm2", a .gguf file or an HF directory
+  attention: str = "auto"  # the loaded model's attention (model.attention's choices)
   mode: str = "logit"  # one of MODES
-  # Prompts per compiled call (memory: rows x cache slots x layers); 8 measured ~10% faster than 4
-  # per match on the 2-core CPU with the attention kernel (benchmarks/README.md, session 8).
+  # Prompts per compiled call (memory: rows x cache slots x layers); 8 measured faster per match
+  # than 4 on CPU with the attention kernel (benchmarks/README.md).
   max_rows: int = 8
   max_user_tokens: int = 2048  # token budget of a prompt's match-specific part
   min_bucket: int = 64  # smallest padded length of that part (buckets double from it ...)
   bucket_step: int = 128  # ... up to 2*bucket_step, then grow by it (0: powers of two only)
-  # Logit mode: that part runs in blocks this long (with XLA attention: less masked attention; on
-  # the CPU kernel, 128 measured fastest: 7.6-8.2 s per 4-row chunk against 8.7-9.4 at 256).
+  # Logit mode: that part runs in blocks this long (with the reference attention: less masked
+  # attention; on the CPU kernel, 128 measured faster than 256).
   block_tokens: int = 128
   max_new_tokens: int = 384  # generative: verdict bound (full travel verdict ~180 SmolLM2 tokens)
   temperature: float = 0.0  # generative: 0 = greedy
@@ -85,6 +86,7 @@ class FlaxJudgeConfig:
   def __post_init__(self):
     if self.mode not in MODES:
       raise ValueError(f"judge.flax.mode must be one of {MODES}, got {self.mode!r}")
+    attention_choice.check(self.attention, "judge.flax.attention")
     for name, least in (("max_rows", 1), ("max_user_tokens", 1), ("min_bucket", 1),
                         ("bucket_step", 0), ("block_tokens", 1), ("max_new_tokens", 1)):
       value = getattr(self, name)
@@ -110,7 +112,9 @@ class FlaxJudge:
 
   def __init__(self, model: nnx.Module, tokenizer, config: FlaxJudgeConfig = FlaxJudgeConfig(),
                rubric: rubric_lib.Rubric | str = "travel", compact: bool = False,
-               limits: render.RenderLimits = render.RenderLimits()):
+               limits: render.RenderLimits = render.RenderLimits(), mesh: Mesh | None = None):
+    """``mesh``: the parameters are placed by ``sharding.py``'s partition rules (as
+    ``load_model(mesh=...)`` places them) and the compiled programs run over it."""
     self.config = config
     self.tokenizer = tokenizer
     self.rubric = rubric_lib.load_rubric(rubric)
@@ -120,9 +124,10 @@ class FlaxJudge:
     self.metrics = stats.JudgeMetrics()
     self.counts: collections.Counter = collections.Counter()  # flax-only counters, see snapshot()
     self.model = model
+    self.mesh = mesh
     self.graphdef, self.params = nnx.split(model)
-    # The CPU attention kernel: only for the library's own Transformer (its ``fill`` takes it).
-    self.kernel = token_step.supports(model) and cache_attention.available(model.cfg.dtype)
+    if mesh is not None:
+      self.params = sharding.shard_params(self.params, mesh)
     self.buckets = bucketing.stepped_buckets(config.max_user_tokens, config.min_bucket,
                                              config.bucket_step)
     self.row_buckets = bucketing.power_of_two_buckets(config.max_rows, 1)
@@ -151,10 +156,11 @@ class FlaxJudge:
       (fwd, e1, d1), (bwd, e2, d2) = agents[2 * k], agents[2 * k + 1]
       if fwd is None or bwd is None:
         error = "; ".join(f"{d}: {e}" for d, e in (("forward", e1), ("backward", e2)) if e)
-        results.append(MatchResult(TIE, TIE, ok=False, error=error, requests=2))
+        results.append(MatchResult(FAILED, FAILED, ok=False, error=error, requests=2))
         continue
       (fa, fb), (ba, bb) = fwd, bwd
       detail = {"forward": (fa, fb), "backward": (ba, bb), **_merge(d1, d2)}
+      self.metrics.orders((fa, fb), (ba, bb))
       results.append(MatchResult(score_p=fa + bb, score_q=fb + ba, ok=True, error=None,
                                  requests=2, detail=detail))
     self._account(len(results), sum(not r.ok for r in results), requests=2 * len(results))
@@ -223,8 +229,7 @@ class FlaxJudge:
       cache = None
       if self.config.mode == "logit":
         before = sum(flax_programs.TRACES.values())
-        cache = flax_programs.prefill_prefix(self.graphdef, self.params, np.asarray([ids]),
-                                             kernel=self.kernel)
+        cache = flax_programs.prefill_prefix(self.graphdef, self.params, np.asarray([ids]))
         self.counts["compiles"] += sum(flax_programs.TRACES.values()) - before
       self._prefix[verdict_mode] = (ids, cache)
     return self._prefix[verdict_mode]
@@ -274,7 +279,7 @@ class FlaxJudge:
       start = time.perf_counter()
       probs, mass = jax.device_get(flax_programs.score_rows(
           self.graphdef, self.params, prefix, tokens, lengths, layout=layout,
-          block=self.config.block_tokens, kernel=self.kernel))
+          block=self.config.block_tokens))
       self.metrics.latency(time.perf_counter() - start)
       self.counts["calls"] += 1
       self.counts["compiles"] += sum(flax_programs.TRACES.values()) - before
@@ -320,14 +325,14 @@ def make_flax_judge(cfg: Any, model: nnx.Module | None = None, tokenizer=None) -
     raise ValueError("make_judge(backend='flax'): pass both model= and tokenizer=, or neither "
                      "(then judge.flax.model is loaded)")
   if model is None:
-    model, tokenizer = load_judge_model(config.model)
+    model, tokenizer = load_judge_model(config.model, config.attention)
   return FlaxJudge(model, tokenizer, config, rubric=cfg.get("rubric", "travel"),
                    compact=bool(cfg.get("compact", False)),
                    limits=judges.from_config(render.RenderLimits, cfg.get("render"),
                                              "judge.render"))
 
 
-def load_judge_model(source: str):
+def load_judge_model(source: str, attention: str = "auto"):
   """(model, tokenizer) from "smollm2" (the embedded GGUF), a .gguf file or an HF directory."""
   from arenarl_jax.models import loading  # pylint: disable=g-import-not-at-top
-  return loading.load_model(source)[1], loading.load_tokenizer(source)
+  return loading.load_model(source, attention=attention)[1], loading.load_tokenizer(source)

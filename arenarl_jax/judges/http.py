@@ -3,8 +3,15 @@
 One match = two chat-completion requests (both orders). All requests of a batch are in flight
 together, at most ``max_concurrency`` at a time. Transport faults (429, 5xx, timeouts, connection
 errors) are retried with exponential backoff and jitter; other 4xx are not; 401/403 (bad key) and
-404 (wrong URL or model) raise at once because no retry can fix them. An unparseable reply is asked
-again (``parse_retries``). A match that still fails is ``MatchResult(ok=False)``, scored as a tie.
+404 (wrong URL or model) raise at once because no retry can fix them.
+
+Constrained decoding: the reply is asked for with ``response_format`` (default: the verdict's JSON
+schema). A server that rejects the format (HTTP 400/422/500 naming it) is asked again with the next
+weaker one (json_schema -> json_object_schema -> json_object -> none), once per judge, counted as
+``format_fallbacks``. Repair: an unparseable reply is asked again (``parse_retries``) at
+``retry_temperature`` with a fixed repair instruction added to the system prompt (never the
+reply or the parser's message, which may quote policy text). A match that still fails is
+``MatchResult(ok=False)`` with scores (0, 0): the tournament demotes both players (types.py).
 The API key is read from the environment variable named in the config and never logged, printed,
 put in a repr, pickled or cached.
 """
@@ -29,7 +36,12 @@ from arenarl_jax.judges import verdict as verdict_lib
 from arenarl_jax.types import Match, MatchResult, Trajectory
 
 RESPONSE_FORMATS = ("none", "json_object", "json_object_schema", "json_schema")
-TIE = 10.0  # score of each side of a failed match (the midpoint of [0, 20])
+# The next weaker format after a server rejected one.
+FORMAT_FALLBACK = {"json_schema": "json_object_schema", "json_object_schema": "json_object",
+                   "json_object": "none"}
+FAILED = 0.0  # score of each side of a failed match (ignored by the tournament)
+REPAIR = ("Your previous reply to this request could not be used. Reply again with exactly one "
+          "JSON object of the shape above and nothing else: no text, no code fence.")
 
 
 class JudgeAuthError(RuntimeError):
@@ -51,7 +63,7 @@ class HttpJudgeConfig:
   base_url: str = "http://127.0.0.1:8000/v1"
   model: str = "judge"
   api_key_env: str = ""  # NAME of the environment variable holding the key; "" = no key
-  response_format: str = "json_object"  # one of RESPONSE_FORMATS
+  response_format: str = "json_schema"  # one of RESPONSE_FORMATS (weaker ones on rejection)
   temperature: float = 0.0
   retry_temperature: float = 0.7  # used when re-asking after an unparseable reply
   max_tokens: int = 1024
@@ -105,6 +117,27 @@ class _RequestFailed(Exception):
   """A judge request given up on (the message becomes the match's error)."""
 
 
+class _FormatRejected(Exception):
+  """The server rejected the request's response_format (``format`` names ours)."""
+
+  def __init__(self, fmt: str):
+    super().__init__(fmt)
+    self.format = fmt
+
+
+def _format_name(response_format: dict[str, Any]) -> str:
+  if response_format.get("type") == "json_schema":
+    return "json_schema"
+  return "json_object_schema" if "schema" in response_format else "json_object"
+
+
+def _names_format(text: str) -> bool:
+  """Whether an error body is about the response format (not, e.g., the context length)."""
+  low = text.lower()
+  return any(w in low for w in ("response_format", "json_schema", "schema", "json_object",
+                                "grammar"))
+
+
 class HttpJudge:
   """Pairwise ``judge(matches)`` and pointwise ``score(trajectories)`` over an HTTP endpoint."""
 
@@ -126,6 +159,7 @@ class HttpJudge:
       self._key = _Secret(value)
     self._cache = cache_lib.DiskCache(config.cache_dir) if config.cache_dir else None
     self._rng = random.Random(config.seed)
+    self.response_format = config.response_format  # downgraded when the server rejects it
     self._contacted = False  # until the server answered once, the first request goes alone
 
   def __repr__(self) -> str:
@@ -162,9 +196,10 @@ class HttpJudge:
       (fwd, e1, n1), (bwd, e2, n2) = answers[2 * k], answers[2 * k + 1]
       if fwd is None or bwd is None:
         error = "; ".join(f"{d}: {e}" for d, e in (("forward", e1), ("backward", e2)) if e)
-        results.append(MatchResult(TIE, TIE, ok=False, error=error, requests=n1 + n2))
+        results.append(MatchResult(FAILED, FAILED, ok=False, error=error, requests=n1 + n2))
       else:
         results.append(verdict_lib.combine(fwd, bwd, requests=n1 + n2))
+        self.metrics.orders((fwd.a.combined, fwd.b.combined), (bwd.a.combined, bwd.b.combined))
     self._account(len(results), [r.error for r in results if not r.ok])
     return results
 
@@ -189,21 +224,24 @@ class HttpJudge:
 
   async def _ask_all(self, prompts: list[render.Prompt], parse: Callable[[str], Any],
                      mode: str) -> list[tuple[Any, str | None, int]]:
-    """(verdict or None, error or None, requests sent 0/1) per prompt, in order."""
+    """(verdict or None, error or None, requests sent) per prompt, in order."""
     for p in prompts:
       self.metrics.add("truncations", p.truncations)
       self.metrics.add("repairs", p.repairs)
     out: list[Any] = [None] * len(prompts)
     todo = []
+    template = cache_lib.template_hash(render.system_prompt(self.rubric, mode, self.compact),
+                                       self.rubric, self.limits, mode, self.compact)
     for k, p in enumerate(prompts):
       body = self._body(p, mode)
-      key = cache_lib.cache_key(self.config.model, p.messages, self._settings(body))
+      key = cache_lib.cache_key(self.config.base_url, self.config.model, p.messages,
+                                self._settings(body), template)
       hit = self._cached(key, parse)
       if hit is not None:
         self.metrics.add("cache_hits")
         out[k] = (hit, None, 0)
       else:
-        todo.append((k, body, key))
+        todo.append((k, mode, p, key))
     if not todo:
       return out
     limits = httpx.Limits(max_connections=self.config.max_concurrency,
@@ -211,8 +249,8 @@ class HttpJudge:
     sem = asyncio.Semaphore(self.config.max_concurrency)
     async with httpx.AsyncClient(timeout=httpx.Timeout(self.config.timeout_s), limits=limits,
                                  transport=self._transport) as client:
-      async def one(k, body, key):
-        out[k] = await self._ask(client, sem, body, key, parse)
+      async def one(k, mode, prompt, key):
+        out[k] = await self._ask(client, sem, mode, prompt, key, parse)
 
       if not self._contacted:  # one probe first: a bad key costs one request, not a batch
         await one(*todo[0])
@@ -241,15 +279,19 @@ class HttpJudge:
     self.metrics.add("mismatches", verdict.mismatches)
     return verdict
 
-  def _body(self, prompt: render.Prompt, mode: str) -> dict[str, Any]:
+  def _body(self, prompt: render.Prompt, mode: str, repair: bool = False) -> dict[str, Any]:
     c = self.config
-    body: dict[str, Any] = {"model": c.model, "messages": list(prompt.messages),
+    messages = [dict(m) for m in prompt.messages]
+    if repair:  # a fixed instruction only: nothing from the rejected reply goes back
+      messages[0]["content"] += "\n\n" + REPAIR
+    body: dict[str, Any] = {"model": c.model, "messages": messages,
                             "temperature": c.temperature, "max_tokens": c.max_tokens}
-    if c.response_format != "none":
+    fmt = self.response_format
+    if fmt != "none":
       schema = rubric_lib.verdict_schema(self.rubric, mode, self.compact)
-      if c.response_format == "json_object":
+      if fmt == "json_object":
         body["response_format"] = {"type": "json_object"}
-      elif c.response_format == "json_object_schema":  # llama.cpp's form
+      elif fmt == "json_object_schema":  # llama.cpp's form
         body["response_format"] = {"type": "json_object", "schema": schema}
       else:  # OpenAI / vLLM structured outputs
         body["response_format"] = {"type": "json_schema", "json_schema": {
@@ -258,20 +300,29 @@ class HttpJudge:
 
   @staticmethod
   def _settings(body: dict[str, Any]) -> dict[str, Any]:
+    """The sampling settings of a request (part of its cache key)."""
     return {k: v for k, v in body.items() if k not in ("model", "messages")}
 
-  async def _ask(self, client: httpx.AsyncClient, sem: asyncio.Semaphore, body: dict[str, Any],
-                 key: str, parse: Callable[[str], Any]) -> tuple[Any, str | None, int]:
-    """One judge request: post (with transport retries), parse (re-asking), cache the reply."""
-    last = ""
+  async def _ask(self, client: httpx.AsyncClient, sem: asyncio.Semaphore, mode: str,
+                 prompt: render.Prompt, key: str,
+                 parse: Callable[[str], Any]) -> tuple[Any, str | None, int]:
+    """One judge request: post (transport retries, format fallback), parse (repair re-asks),
+    cache the reply. Returns (verdict or None, error or None, requests sent)."""
+    last, sent = "", [0]  # sent[0]: HTTP requests of this prompt, every retry included
     for attempt in range(self.config.parse_retries + 1):
-      if attempt:
-        body = {**body, "temperature": max(body["temperature"], self.config.retry_temperature)}
       try:
-        reply = await self._post(client, sem, body)
+        while True:
+          body = self._body(prompt, mode, repair=attempt > 0)
+          if attempt:
+            body["temperature"] = max(body["temperature"], self.config.retry_temperature)
+          try:
+            reply = await self._post(client, sem, body, sent)
+            break
+          except _FormatRejected as e:
+            self._downgrade(e.format)
       except _RequestFailed as e:
         self.metrics.add("failures")
-        return None, str(e), 1
+        return None, str(e), sent[0]
       try:
         verdict = parse(reply)
       except verdict_lib.VerdictError as e:
@@ -281,13 +332,20 @@ class HttpJudge:
       self.metrics.add("mismatches", verdict.mismatches)
       if self._cache is not None:
         self._cache.put(key, reply)
-      return verdict, None, 1
+      return verdict, None, sent[0]
     self.metrics.add("failures")
-    return None, f"unparseable reply after {self.config.parse_retries + 1} tries: {last}", 1
+    return None, f"unparseable reply after {self.config.parse_retries + 1} tries: {last}", sent[0]
+
+  def _downgrade(self, rejected: str) -> None:
+    """Switches to the next weaker response_format (once per rejected format, across tasks)."""
+    if self.response_format == rejected:
+      self.response_format = FORMAT_FALLBACK[rejected]
+      self.metrics.add("format_fallbacks")
 
   async def _post(self, client: httpx.AsyncClient, sem: asyncio.Semaphore,
-                  body: dict[str, Any]) -> str:
-    """The reply text; retries transport faults; raises _RequestFailed or auth/config errors."""
+                  body: dict[str, Any], sent: list[int]) -> str:
+    """The reply text; retries transport faults (``sent[0]`` counts every request); raises
+    _RequestFailed, _FormatRejected or auth/config errors."""
     c = self.config
     url = c.base_url.rstrip("/") + "/chat/completions"
     headers = {"Authorization": f"Bearer {self._key.reveal()}"} if self._key else {}
@@ -300,6 +358,7 @@ class HttpJudge:
       async with sem:
         self.metrics.enter()
         self.metrics.add("requests")
+        sent[0] += 1
         start = time.perf_counter()
         try:
           async with asyncio.timeout(c.timeout_s):
@@ -322,6 +381,11 @@ class HttpJudge:
       if status == 404:
         raise JudgeConfigError(f"judge server {c.base_url} answered HTTP 404 for "
                                f"/chat/completions with model {c.model!r}: check base_url/model")
+      fmt = body.get("response_format")
+      # 400/422, or 500 from servers that wrap validation errors (llama-cpp-python), naming
+      # the format: a weaker format, not a retry, can fix it.
+      if status in (400, 422, 500) and fmt is not None and _names_format(resp.text):
+        raise _FormatRejected(_format_name(fmt))
       if status == 429 or status >= 500:
         last = f"HTTP {status}"
         retry_after = _retry_after(resp)

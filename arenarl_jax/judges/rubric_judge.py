@@ -82,6 +82,7 @@ class RubricJudge:
       fwd = self._pairwise(p, q, np.random.default_rng([self.seed, 0, call, k, 0]))
       bwd = self._pairwise(q, p, np.random.default_rng([self.seed, 0, call, k, 1]))
       results.append(verdict_lib.combine(fwd, bwd, requests=2))
+      self.metrics.orders((fwd.a.combined, fwd.b.combined), (bwd.a.combined, bwd.b.combined))
     self.metrics.add("matches", len(results))
     self.metrics.add("requests", 2 * len(results))
     return results

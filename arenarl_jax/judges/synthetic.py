@@ -2,6 +2,8 @@
 
 Both implement the ``Judge`` protocol: ``judge(matches) -> list[MatchResult]`` with
 bidirectional-sum scores in [0, 20], and record the size of every batch call in ``batch_sizes``.
+Each match counts as the two requests a real judge would send (``MatchResult.requests = 2``);
+a failed match is ``ok=False`` with scores (0, 0), which the tournament ignores.
 """
 from __future__ import annotations
 
@@ -69,9 +71,10 @@ class ScoreMatrixJudge:
     results = []
     for m, sp, sq in zip(matches, s_p.tolist(), s_q.tolist()):
       if self.fail_pairs and frozenset((m.i, m.j)) in self.fail_pairs:
-        results.append(MatchResult(10.0, 10.0, ok=False, error="ScoreMatrixJudge: fail_pairs"))
+        results.append(MatchResult(0.0, 0.0, ok=False, error="ScoreMatrixJudge: fail_pairs",
+                                   requests=2))
       else:
-        results.append(MatchResult(sp, sq))
+        results.append(MatchResult(sp, sq, requests=2))
     return results
 
 
@@ -137,6 +140,7 @@ class NoisyJudge:
     failed = self.rng.random(m) < self.failure_rate if self.failure_rate else np.zeros(m, bool)
     error = f"NoisyJudge: forced failure (failure_rate={self.failure_rate})"
     return [
-        MatchResult(10.0, 10.0, ok=False, error=error) if f else MatchResult(sp, sq)
+        MatchResult(0.0, 0.0, ok=False, error=error, requests=2) if f
+        else MatchResult(sp, sq, requests=2)
         for sp, sq, f in zip(s_p.tolist(), s_q.tolist(), failed.tolist())
     ]

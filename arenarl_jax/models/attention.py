@@ -1,17 +1,33 @@
-"""Grouped-query attention with RoPE, optional q/k RMSNorm (Qwen3) and the position-indexed KV cache."""
+"""Grouped-query attention: the projections (RoPE, optional q/k RMSNorm for Qwen3), what each
+query sees (``Context``), and the reference attention every implementation is tested against.
+
+The attention itself goes through one seam: ``Attention.mix`` hands the projected heads and the
+``Context`` to the implementation the model was built with (``models/attention_choice.py``:
+reference, ``jax.nn.dot_product_attention``, or the CPU kernel of ``models/cpu/``). The three
+kinds of call are
+- a full sequence (no cache): causal by token index, keys limited by a padding mask;
+- a chunk against the KV cache at each row's own offset (decode is a chunk of one token): the
+  chunk is written at its positions, then a query at position p sees the row's positions <= p
+  (and its prompt's shared prefix, if the cache has one);
+- a tree branch against the cache (the local judge's score branches): nothing is written; each
+  query sees the row's positions below ``lengths_N`` plus those chunk tokens ``sees_TT`` marks
+  (its ancestors in the tree and itself), so every branch reads as its own causal sequence.
+"""
 from __future__ import annotations
+
+import dataclasses
 
 import jax
 import jax.numpy as jnp
 from flax import nnx
 
-from arenarl_jax.models import cache_attention
 from arenarl_jax.models.config import ModelConfig
+from arenarl_jax.models.kv_cache import LayerCache
 from arenarl_jax.models.layers import Linear, RMSNorm
 from arenarl_jax.models.rope import apply_rope
 
 # Finite, so a query whose keys are all masked (a padding query) averages instead of producing NaN.
-_MASKED = -1e30
+MASKED = -1e30
 
 
 def _to_groups(x_NK_, b: int):
@@ -30,36 +46,46 @@ def _from_groups(x_BK_, n: int):
   return x.reshape(n, k, gq * b // n, *rest)
 
 
-def attend(q_NTKRF, k_NKFS, v_NKSF, visible_NTS, prefix=None):
+def attend(q_NTKRF, k_NKFS, v_NKSF, visible_NTS, prefix=None, extra=None):
   """Softmax attention in float32; R = query heads per KV head (GQA without repeating K/V).
 
   The T*R queries of each (row, KV head) form one matrix, so both products are batched matmuls
   over (N, K) against the cache layout as stored (keys [F, S], values [S, F]). ``prefix``:
   optional (keys [B, K, F, P], values [B, K, P, F], visible [B, P]) shared by the G = N / B rows
   of each prompt: the G rows' queries are stacked into one matrix per (prompt, KV head), so the
-  prompt's keys are read once per group, and both parts share one softmax (a common maximum and
-  one normaliser).
+  prompt's keys are read once per group. ``extra``: optional per-row keys [N, K, F, E], values
+  [N, K, E, F] and visible [N or 1, T, E] (a tree branch's own tokens). All parts share one
+  softmax (a common maximum and one normaliser).
   """
   n, t, kv, r, f = q_NTKRF.shape
   q_NKQF = (q_NTKRF * f ** -0.5).transpose(0, 2, 1, 3, 4).reshape(n, kv, t * r, f)
   batch = ((0, 1), (0, 1))
-  scores_NKQS = jax.lax.dot_general(q_NKQF, k_NKFS, (((3,), (2,)), batch),
-                                    preferred_element_type=jnp.float32)
-  visible_NQS = jnp.repeat(visible_NTS, r, axis=1) if r > 1 else visible_NTS
-  scores_NKQS = jnp.where(visible_NQS[:, None], scores_NKQS, _MASKED)
-  max_NKQ = jnp.max(scores_NKQS, axis=-1)
+  parts = [(k_NKFS, v_NKSF, visible_NTS)] + ([extra] if extra is not None else [])
+  scores, max_NKQ = [], None
+  for k_NKFX, _, visible_NTX in parts:
+    scores_NKQX = jax.lax.dot_general(q_NKQF, k_NKFX, (((3,), (2,)), batch),
+                                      preferred_element_type=jnp.float32)
+    visible_NQX = jnp.repeat(visible_NTX, r, axis=1) if r > 1 else visible_NTX
+    scores_NKQX = jnp.where(visible_NQX[:, None], scores_NKQX, MASKED)
+    scores.append(scores_NKQX)
+    part_max = jnp.max(scores_NKQX, axis=-1)
+    max_NKQ = part_max if max_NKQ is None else jnp.maximum(max_NKQ, part_max)
   if prefix is not None:
     pk_BKFP, pv_BKPF, visible_BP = prefix
     b = pk_BKFP.shape[0]
     pscores_BKXP = jax.lax.dot_general(_to_groups(q_NKQF, b), pk_BKFP, (((3,), (2,)), batch),
                                        preferred_element_type=jnp.float32)
-    pscores_BKXP = jnp.where(visible_BP[:, None, None, :], pscores_BKXP, _MASKED)
+    pscores_BKXP = jnp.where(visible_BP[:, None, None, :], pscores_BKXP, MASKED)
     max_NKQ = jnp.maximum(max_NKQ, _from_groups(jnp.max(pscores_BKXP, axis=-1), n))
   # Normalise after the value product: F divisions per query instead of S.
-  weights_NKQS = jnp.exp(scores_NKQS - max_NKQ[..., None])
-  out_NKQF = jax.lax.dot_general(weights_NKQS.astype(v_NKSF.dtype), v_NKSF,
-                                 (((3,), (2,)), batch), preferred_element_type=jnp.float32)
-  total_NKQ = jnp.sum(weights_NKQS, axis=-1)
+  out_NKQF = total_NKQ = None
+  for scores_NKQX, (_, v_NKXF, _) in zip(scores, parts):
+    weights_NKQX = jnp.exp(scores_NKQX - max_NKQ[..., None])
+    part_out = jax.lax.dot_general(weights_NKQX.astype(v_NKXF.dtype), v_NKXF,
+                                   (((3,), (2,)), batch), preferred_element_type=jnp.float32)
+    part_total = jnp.sum(weights_NKQX, axis=-1)
+    out_NKQF = part_out if out_NKQF is None else out_NKQF + part_out
+    total_NKQ = part_total if total_NKQ is None else total_NKQ + part_total
   if prefix is not None:
     pweights_BKXP = jnp.exp(pscores_BKXP - _to_groups(max_NKQ, b)[..., None])
     pout_BKXF = jax.lax.dot_general(pweights_BKXP.astype(pv_BKPF.dtype), pv_BKPF,
@@ -70,8 +96,72 @@ def attend(q_NTKRF, k_NKFS, v_NKSF, visible_NTS, prefix=None):
   return out_NKQF.reshape(n, kv, t, r, f).transpose(0, 2, 1, 3, 4)
 
 
+@dataclasses.dataclass(frozen=True)
+class Context:
+  """What a layer's queries see (see the module doc): ``cache`` None = a full sequence (``mask_NT``
+  marks valid keys); a cache without ``sees_TT`` = a chunk written at ``positions_NT``; with
+  ``sees_TT`` = a tree branch that reads the row's positions below ``lengths_N`` plus its own
+  tokens per ``sees_TT`` [T, T] and writes nothing."""
+
+  positions_NT: jax.Array
+  mask_NT: jax.Array | None = None
+  cache: LayerCache | None = None
+  lengths_N: jax.Array | None = None
+  sees_TT: jax.Array | None = None
+
+
+def cache_visibility(layer: LayerCache, count_NT):
+  """(visible [N, T, S] = slot < count_NT, the shared prefix as ``attend`` takes it, or None)."""
+  slots_S = jnp.arange(layer.v.shape[2])
+  visible_NTS = slots_S[None, None, :] < count_NT[:, :, None]
+  prefix = None
+  if layer.prefix_k is not None:
+    slots_P = jnp.arange(layer.prefix_v.shape[2])
+    prefix = (layer.prefix_k, layer.prefix_v,
+              slots_P[None, :] < layer.prefix_lengths_B[:, None])
+  return visible_NTS, prefix
+
+
+def branch_counts(layer: LayerCache, lengths_N, t: int):
+  """[N, T]: the row-buffer slots a branch query sees (positions below lengths_N)."""
+  count_N = jnp.clip(lengths_N - layer.start_N, 0, layer.v.shape[2])
+  return jnp.broadcast_to(count_N[:, None], (count_N.shape[0], t))
+
+
+class ReferenceAttention:
+  """The plain softmax of ``attend``: the test oracle, and the fallback of the other
+  implementations. Queries arrive as [N, T, K, R, F] (unscaled), keys and values as [N, T, K, F]."""
+
+  name = "reference"
+  # Whether the sampler decodes with the feature-major CPU step (``models/cpu/decode.py``).
+  feature_major_decode = False
+
+  def sequence(self, q_NTKRF, k_NTKF, v_NTKF, mask_NT):
+    t = q_NTKRF.shape[1]
+    visible_NTS = jnp.tril(jnp.ones((t, t), bool))[None]
+    if mask_NT is not None:
+      visible_NTS = visible_NTS & mask_NT[:, None, :].astype(bool)
+    return attend(q_NTKRF, k_NTKF.transpose(0, 2, 3, 1), v_NTKF.transpose(0, 2, 1, 3),
+                  visible_NTS)
+
+  def cache(self, q_NTKRF, k_NTKF, v_NTKF, positions_NT, layer: LayerCache):
+    """(out, (keys, values) with the chunk written)."""
+    k_NKFS, v_NKSF = layer.write(k_NTKF, v_NTKF, positions_NT)
+    # Right-padding tokens of a chunk sit at later positions than the row's real tokens, so what
+    # they write is invisible to them; no padding mask is needed here.
+    visible_NTS, prefix = cache_visibility(layer, layer.slots(positions_NT) + 1)
+    return attend(q_NTKRF, k_NKFS, v_NKSF, visible_NTS, prefix), (k_NKFS, v_NKSF)
+
+  def branch(self, q_NTKRF, k_NTKF, v_NTKF, layer: LayerCache, lengths_N, sees_TT):
+    t = q_NTKRF.shape[1]
+    visible_NTS, prefix = cache_visibility(layer, branch_counts(layer, lengths_N, t))
+    extra = (k_NTKF.transpose(0, 2, 3, 1).astype(layer.k.dtype),
+             v_NTKF.transpose(0, 2, 1, 3).astype(layer.v.dtype), sees_TT[None])
+    return attend(q_NTKRF, layer.k, layer.v, visible_NTS, prefix, extra)
+
+
 class Attention(nnx.Module):
-  """Projections + RoPE + GQA. With a cache, writes this chunk at its positions, then attends."""
+  """Projections + RoPE + GQA; the attention of the heads by the model's chosen implementation."""
 
   def __init__(self, cfg: ModelConfig, *, rngs: nnx.Rngs):
     d, hd, dt = cfg.d_model, cfg.head_dim, cfg.dtype
@@ -101,45 +191,21 @@ class Attention(nnx.Module):
       q_NTHF, k_NTKF = self.q_norm(q_NTHF), self.k_norm(k_NTKF)
     return apply_rope(q_NTHF, cos_NTF, sin_NTF), apply_rope(k_NTKF, cos_NTF, sin_NTF), v_NTKF
 
-  def __call__(self, x_NTD, cos_NTF, sin_NTF, positions_NT, *, mask_NT=None, cache_kv=None,
-               kernel: bool = False):
-    """Returns (out_NTD, (k_NKFS, v_NKSF) or None); ``cache_kv`` is a kv_cache.LayerCache."""
+  def __call__(self, x_NTD, cos_NTF, sin_NTF, ctx: Context, impl):
+    """(out_NTD, the layer's (k_NKFS, v_NKSF) after a chunk's write, or None)."""
     n, t, _ = x_NTD.shape
-    out_NTKRF, new_cache = self.mix(*self.project(x_NTD, cos_NTF, sin_NTF), positions_NT,
-                                    mask_NT=mask_NT, cache_kv=cache_kv, kernel=kernel)
-    return self.o(out_NTKRF.reshape(n, t, -1)), new_cache
+    out_NTKRF, new_kv = self.mix(*self.project(x_NTD, cos_NTF, sin_NTF), ctx, impl)
+    return self.o(out_NTKRF.reshape(n, t, -1)), new_kv
 
-  def mix(self, q_NTHF, k_NTKF, v_NTKF, positions_NT, *, mask_NT=None, cache_kv=None,
-          kernel: bool = False):
-    """Attention of projected heads: (out [N, T, K, R, F], (k_NKFS, v_NKSF) or None).
-
-    ``kernel``: with a cache, attend with the compiled CPU kernel (``cache_attention``; the
-    caller checks ``cache_attention.available``): the same function, without materialising
-    the [N, K, T*R, S] scores. Unsharded programs only (it has no partitioning rule)."""
-    if kernel and cache_kv is not None:
-      return cache_attention.chunk_mix(self, q_NTHF, k_NTKF, v_NTKF, positions_NT, cache_kv)
+  def mix(self, q_NTHF, k_NTKF, v_NTKF, ctx: Context, impl):
+    """The seam: attention of projected heads by ``impl`` -> (out [N, T, K, R, F], new keys and
+    values or None)."""
     cfg = self.cfg
     n, t = q_NTHF.shape[:2]
     kv = cfg.n_kv_heads
     q_NTKRF = q_NTHF.reshape(n, t, kv, cfg.n_heads // kv, cfg.head_dim)
-    prefix = None
-
-    if cache_kv is None:
-      # Full sequence: causal by token index, keys limited by the padding mask.
-      visible_NTS = jnp.tril(jnp.ones((t, t), bool))[None]
-      if mask_NT is not None:
-        visible_NTS = visible_NTS & mask_NT[:, None, :].astype(bool)
-      k_NKFS, v_NKSF = k_NTKF.transpose(0, 2, 3, 1), v_NTKF.transpose(0, 2, 1, 3)
-      new_cache = None
-    else:
-      k_NKFS, v_NKSF = cache_kv.write(k_NTKF, v_NTKF, positions_NT)
-      # Right-padding tokens of a chunk sit at later positions than the row's real tokens, so what
-      # they write is invisible to them; mask_NT is not needed here.
-      slots_S = jnp.arange(v_NKSF.shape[2])
-      visible_NTS = slots_S[None, None, :] <= cache_kv.slots(positions_NT)[:, :, None]
-      if cache_kv.prefix_k is not None:
-        slots_P = jnp.arange(cache_kv.prefix_v.shape[2])
-        prefix = (cache_kv.prefix_k, cache_kv.prefix_v,
-                  slots_P[None, :] < cache_kv.prefix_lengths_B[:, None])
-      new_cache = (k_NKFS, v_NKSF)
-    return attend(q_NTKRF, k_NKFS, v_NKSF, visible_NTS, prefix), new_cache
+    if ctx.cache is None:
+      return impl.sequence(q_NTKRF, k_NTKF, v_NTKF, ctx.mask_NT), None
+    if ctx.sees_TT is not None:
+      return impl.branch(q_NTKRF, k_NTKF, v_NTKF, ctx.cache, ctx.lengths_N, ctx.sees_TT), None
+    return impl.cache(q_NTKRF, k_NTKF, v_NTKF, ctx.positions_NT, ctx.cache)

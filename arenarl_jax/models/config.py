@@ -4,9 +4,21 @@ from __future__ import annotations
 import dataclasses
 from typing import Any, Mapping
 
+import jax
 import jax.numpy as jnp
 
 FAMILIES = ("llama", "qwen2", "qwen3")
+COMPUTE_DTYPES = ("auto", "float32", "bfloat16")
+
+
+def resolve_compute_dtype(name: str, backend: str | None = None) -> str:
+  """"auto" -> bfloat16 on accelerators (gpu, tpu), float32 on cpu (bf16 is ~4x slower there,
+  PLATFORM.md); a concrete name is checked and returned."""
+  if name not in COMPUTE_DTYPES:
+    raise ValueError(f"model.compute_dtype must be one of {COMPUTE_DTYPES}, got {name!r}")
+  if name != "auto":
+    return name
+  return "float32" if (backend or jax.default_backend()) == "cpu" else "bfloat16"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -30,17 +42,27 @@ class ModelConfig:
   o_bias: bool = False  # Llama with attention_bias (Qwen2 has q/k/v biases only)
   qk_norm: bool = False  # Qwen3: RMSNorm over head_dim on q and k before RoPE
   max_seq_len: int = 8192
-  param_dtype: str = "float32"  # float32 on CPU (bf16 is ~4x slower there), bfloat16 on TPU/GPU
+  param_dtype: str = "float32"  # master parameters (and so gradients and optimizer state)
+  # Activations and matmul inputs: parameters are cast to it at use ("auto": resolve_compute_dtype).
+  compute_dtype: str = "float32"
 
   def __post_init__(self):
     if self.family not in FAMILIES:
       raise ValueError(f"unknown model family {self.family!r}; expected one of {FAMILIES}")
     if self.n_heads % self.n_kv_heads:
       raise ValueError(f"n_heads={self.n_heads} is not a multiple of n_kv_heads={self.n_kv_heads}")
+    if self.compute_dtype not in COMPUTE_DTYPES:
+      raise ValueError(f"compute_dtype must be one of {COMPUTE_DTYPES}, got {self.compute_dtype!r}")
 
   @property
   def dtype(self):
+    """The parameters' dtype."""
     return jnp.dtype(self.param_dtype)
+
+  @property
+  def act_dtype(self):
+    """The compute dtype (activations, KV cache, matmul inputs); "auto" resolved here."""
+    return jnp.dtype(resolve_compute_dtype(self.compute_dtype))
 
   @property
   def rope(self) -> dict[str, Any]:
@@ -148,10 +170,15 @@ PRESETS: dict[str, ModelConfig] = {
     "smollm2_135m": ModelConfig(
         vocab_size=49_152, d_model=576, n_layers=30, n_heads=9, n_kv_heads=3, head_dim=64,
         ffn_dim=1536, rope_theta=100_000.0, norm_eps=1e-5, tie_embeddings=True, max_seq_len=8192),
+    # Qwen3: float32 master parameters, bf16 compute on accelerators (float32 on CPU).
     "qwen3_8b": ModelConfig(
         family="qwen3", vocab_size=151_936, d_model=4096, n_layers=36, n_heads=32, n_kv_heads=8,
         head_dim=128, ffn_dim=12_288, rope_theta=1_000_000.0, norm_eps=1e-6, qk_norm=True,
-        max_seq_len=40_960, param_dtype="bfloat16"),
+        max_seq_len=40_960, compute_dtype="auto"),
+    "qwen3_0_6b": ModelConfig(
+        family="qwen3", vocab_size=151_936, d_model=1024, n_layers=28, n_heads=16, n_kv_heads=8,
+        head_dim=128, ffn_dim=3072, rope_theta=1_000_000.0, norm_eps=1e-6, qk_norm=True,
+        tie_embeddings=True, max_seq_len=40_960, compute_dtype="auto"),
     # Tiny random models for tests and CPU smoke runs (vocab matches SmolLM2's tokenizer).
     "tiny": ModelConfig(
         vocab_size=49_152, d_model=64, n_layers=2, n_heads=4, n_kv_heads=2, head_dim=16,

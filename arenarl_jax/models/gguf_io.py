@@ -151,8 +151,9 @@ def open_gguf(path: str, reader: gguf.GGUFReader, cfg: ModelConfig) -> TensorSto
   return TensorStore(names=frozenset(tensors), get=get, where=where, source=path)
 
 
-def load_gguf(path: str, *, dtype=None) -> tuple[ModelConfig, Transformer]:
-  """Loads a llama-architecture GGUF (dequantized); params in ``dtype`` (default float32)."""
+def load_gguf(path: str, *, dtype=None, mesh=None) -> tuple[ModelConfig, Transformer]:
+  """Loads a llama-architecture GGUF (dequantized); params in ``dtype`` (default float32), placed
+  by the partition rules on ``mesh`` (a jax Mesh) if given."""
   try:
     reader = gguf.GGUFReader(path, "r")
   except FileNotFoundError:
@@ -162,4 +163,4 @@ def load_gguf(path: str, *, dtype=None) -> tuple[ModelConfig, Transformer]:
   cfg = read_gguf_config(reader, path)
   if dtype is not None:
     cfg = dataclasses.replace(cfg, param_dtype=jnp.dtype(dtype).name)
-  return cfg, model_from_tensors(cfg, open_gguf(path, reader, cfg))
+  return cfg, model_from_tensors(cfg, open_gguf(path, reader, cfg), mesh=mesh)

@@ -66,7 +66,7 @@ class KVCache:
   @classmethod
   def init(cls, cfg: ModelConfig, n_rows: int, n_slots: int, dtype=None,
            prefix: SharedPrefix | None = None) -> "KVCache":
-    dtype = dtype or cfg.dtype
+    dtype = dtype or cfg.act_dtype
     k_shape = (n_rows, cfg.n_kv_heads, cfg.head_dim, n_slots)
     v_shape = (n_rows, cfg.n_kv_heads, n_slots, cfg.head_dim)
     return cls(k=tuple(jnp.zeros(k_shape, dtype) for _ in range(cfg.n_layers)),

@@ -18,6 +18,7 @@ import jax
 import orbax.checkpoint as ocp
 from flax import nnx
 
+from arenarl_jax import sharding
 from arenarl_jax.models.config import ModelConfig
 from arenarl_jax.models.transformer import Transformer, abstract_model
 
@@ -76,8 +77,11 @@ def save(folder: str, cfg: ModelConfig, model: Transformer) -> None:
     shutil.rmtree(tmp, ignore_errors=True)
 
 
-def restore(folder: str) -> tuple[ModelConfig, Transformer] | None:
-  """The cached (cfg, model), or None if ``folder`` holds no complete, readable cache."""
+def restore(folder: str, mesh: jax.sharding.Mesh | None = None
+            ) -> tuple[ModelConfig, Transformer] | None:
+  """The cached (cfg, model), or None if ``folder`` holds no complete, readable cache.
+
+  ``mesh``: orbax reads each parameter straight into its partition rule's sharding."""
   config_path = os.path.join(folder, _CONFIG_FILE)
   if not os.path.isfile(config_path):
     return None
@@ -86,7 +90,8 @@ def restore(folder: str) -> tuple[ModelConfig, Transformer] | None:
       cfg = config_from_json(json.load(f))
     graphdef, state = nnx.split(abstract_model(cfg))
     device = jax.sharding.SingleDeviceSharding(jax.devices()[0])
-    target = {k: jax.ShapeDtypeStruct(v.shape, v.dtype, sharding=device)
+    target = {k: jax.ShapeDtypeStruct(v.shape, v.dtype, sharding=device if mesh is None else
+                                      sharding.sharding_for(k, v.shape, mesh))
               for k, v in _flat(state).items()}
     with ocp.StandardCheckpointer() as ckpt:
       arrays = ckpt.restore(os.path.join(folder, "params"), target)

@@ -15,12 +15,15 @@ import os
 import re
 from typing import Callable, Iterable, Mapping
 
+import jax
 import jax.numpy as jnp
 import numpy as np
 from flax import nnx
+from jax.sharding import Mesh
 from safetensors import SafetensorError, safe_open
 from safetensors.numpy import save_file
 
+from arenarl_jax import sharding
 from arenarl_jax.models.config import ModelConfig, from_hf_config, to_hf_config
 from arenarl_jax.models.transformer import Transformer, abstract_model
 
@@ -73,8 +76,20 @@ class TensorStore:
   source: str  # the checkpoint as a whole (a directory or a file), for errors about it
 
 
-def model_from_tensors(cfg: ModelConfig, store: TensorStore) -> Transformer:
-  """Fills ``abstract_model(cfg)`` from ``store`` (kernels transposed to [in, out])."""
+def place(array: np.ndarray, target: jax.sharding.Sharding | None) -> jax.Array:
+  """A host array on the device(s): whole on the default device (``target`` None), or straight
+  into ``target``'s shards, each device receiving only its own slice (never a full copy)."""
+  if target is None:
+    return jnp.asarray(array)
+  return jax.make_array_from_callback(array.shape, target, lambda index: array[index])
+
+
+def model_from_tensors(cfg: ModelConfig, store: TensorStore, *,
+                       mesh: Mesh | None = None) -> Transformer:
+  """Fills ``abstract_model(cfg)`` from ``store`` (kernels transposed to [in, out]).
+
+  ``mesh``: each tensor is read, converted on the host and placed in its ``NamedSharding`` from
+  ``sharding.py``'s partition rules (the model is never materialised on one device)."""
   graphdef, state = nnx.split(abstract_model(cfg))
   used = set()
   for path, var in nnx.to_flat_state(state):
@@ -90,7 +105,9 @@ def model_from_tensors(cfg: ModelConfig, store: TensorStore) -> Transformer:
           f"{store.where(name)}: tensor {name!r} has shape {tuple(array.shape)}, expected {want}")
     if not np.issubdtype(array.dtype, np.floating) and array.dtype.name != "bfloat16":
       raise ValueError(f"{store.where(name)}: tensor {name!r} has non-float dtype {array.dtype}")
-    var.set_value(jnp.asarray(array.T if kernel else array, dtype=cfg.dtype))
+    host = np.ascontiguousarray((array.T if kernel else array).astype(cfg.dtype))
+    target = None if mesh is None else sharding.sharding_for(path, host.shape, mesh)
+    var.set_value(place(host, target))
     used.add(name)
   _check_unused(cfg, store, used)
   return nnx.merge(graphdef, state)
@@ -190,12 +207,14 @@ def open_safetensors_dir(path: str) -> TensorStore:
                      source=path)
 
 
-def load_hf_dir(path: str, *, dtype=None) -> tuple[ModelConfig, Transformer]:
-  """Loads an HF llama/qwen2/qwen3 checkpoint directory; params in ``dtype`` (default float32)."""
+def load_hf_dir(path: str, *, dtype=None, mesh: Mesh | None = None
+                ) -> tuple[ModelConfig, Transformer]:
+  """Loads an HF llama/qwen2/qwen3 checkpoint directory; params in ``dtype`` (default float32),
+  placed by the partition rules on ``mesh`` if given."""
   cfg = read_config(path)
   if dtype is not None:
     cfg = dataclasses.replace(cfg, param_dtype=jnp.dtype(dtype).name)
-  return cfg, model_from_tensors(cfg, open_safetensors_dir(path))
+  return cfg, model_from_tensors(cfg, open_safetensors_dir(path), mesh=mesh)
 
 
 def hf_tensors(model_or_state: Transformer | nnx.State) -> Iterable[tuple[str, np.ndarray]]:

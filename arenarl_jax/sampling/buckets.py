@@ -37,7 +37,7 @@ def cache_size_ladder(cache_len: int, first: int = 32, growth: float = 4 / 3,
   """Cache sizes for a growing cache: ``first``, then x``growth`` rounded up to ``multiple``.
 
   XLA's decode attention reads every slot of the cache, so a cache that grows with the rows reads
-  about 2/3 of the slots a full-length one would (the CPU kernel of ``models.cache_attention``
+  about 2/3 of the slots a full-length one would (the CPU kernel of ``models/cpu/kernel.py``
   reads only the filled slots, but memory and resizes still follow the size); each size compiles
   its programs once, and a geometric ladder keeps their number logarithmic in cache_len (8,192
   slots: 18 sizes). Why x4/3 and not

@@ -14,8 +14,8 @@ import jax.numpy as jnp
 from flax import nnx
 from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 
-from arenarl_jax import backend_options
-from arenarl_jax.models import token_step
+from arenarl_jax.models.cpu import compile_options
+from arenarl_jax.models.cpu import decode as cpu_decode
 from arenarl_jax.models.kv_cache import KVCache, SharedPrefix
 from arenarl_jax.sampling import choose
 from arenarl_jax.sampling.settings import EOS, LENGTH, NONE, STOP, RowSettings
@@ -72,7 +72,7 @@ def _last_hidden(h_NTD, counts_N):
   return jnp.take_along_axis(h_NTD, idx_N[:, None, None], axis=1)[:, 0]
 
 
-@backend_options.program(static_argnames=("graphdef", "group_size", "n_slots", "mesh"))
+@compile_options.program(static_argnames=("graphdef", "group_size", "n_slots", "mesh"))
 def prefill(graphdef, params, tokens_BT, counts_B, *, group_size: int, n_slots: int,
             mesh: Mesh | None = None) -> SamplerState:
   """Prefills each distinct prompt once; it becomes the shared prefix of its G rows, whose own
@@ -92,7 +92,7 @@ def prefill(graphdef, params, tokens_BT, counts_B, *, group_size: int, n_slots: 
   return _on_rows(state, mesh)
 
 
-@backend_options.program(static_argnames=("graphdef", "mesh"), donate_argnames=("state",))
+@compile_options.program(static_argnames=("graphdef", "mesh"), donate_argnames=("state",))
 def extend(graphdef, params, state: SamplerState, tokens_NT, counts_N, *,
            mesh: Mesh | None = None) -> SamplerState:
   """Appends counts_N[n] tokens to row n at its own offset; rows with 0 keep their state."""
@@ -164,13 +164,13 @@ def end_turn(lengths_N, done_N, turn: TurnState, *, cache_len: int,
   return _on_rows(done_N, mesh), _on_rows(out, mesh)
 
 
-@backend_options.program(static_argnames=("graphdef",))
+@compile_options.program(static_argnames=("graphdef",))
 def transpose_kernels(graphdef, params):
-  """``token_step.transposed_kernels`` of the model, as one program (the sampler keeps them)."""
-  return token_step.transposed_kernels(nnx.merge(graphdef, params))
+  """``cpu_decode.transposed_kernels`` of the model, as one program (the sampler keeps them)."""
+  return cpu_decode.transposed_kernels(nnx.merge(graphdef, params))
 
 
-@backend_options.program(
+@compile_options.program(
     static_argnames=("graphdef", "eos_ids", "stop_sequences", "max_new_tokens", "cache_len",
                      "mesh"),
     donate_argnames=("state", "turn"))
@@ -186,13 +186,13 @@ def decode(graphdef, params, state: SamplerState, turn: TurnState, rows: RowSett
   their fed tokens land past their end.
   The loop ends when every row stopped (early exit), or pauses when an active row has filled a
   cache smaller than cache_len: the host then moves the state to a larger cache and calls again.
-  XLA's attention reads every slot of the cache, so growing it within a turn keeps early steps
-  cheap (the CPU kernel, ``models.cache_attention``, reads only the filled slots).
+  The reference attention reads every slot of the cache, so growing it within a turn keeps early
+  steps cheap (the CPU kernel reads only the filled slots).
   Step k always uses fold_in(key, k): pausing does not change what is sampled.
   Given ``kernels`` (from ``transpose_kernels``), each step runs feature-major with
-  ``models.token_step`` (weights as the left matmul operand; attention by the
-  ``models.cache_attention`` kernel where available) and samples the head's [V, N] logits in
-  place; without, it calls ``model.hidden`` and ``model.head``.
+  ``models/cpu/decode.py`` (weights as the left matmul operand) and samples the head's [V, N]
+  logits in place; without, it calls ``model.hidden`` and ``model.head``. Either way the
+  attention is the model's chosen implementation.
   """
   model = nnx.merge(graphdef, params)
   n_slots = state.cache.n_slots
@@ -203,13 +203,13 @@ def decode(graphdef, params, state: SamplerState, turn: TurnState, rows: RowSett
   def logits_of(h_ND):
     """(logits, their vocabulary axis): feature-major, the head writes [V, N], sampled in place."""
     if kernels is not None:
-      return token_step.head(kernels, h_ND.T), 0
+      return cpu_decode.head(kernels, h_ND.T), 0
     return model.head(h_ND), 1
 
   def feed(tok_N, lengths_N, cache):
     """(hidden states [N, D], cache) after one token per row at its position."""
     if kernels is not None:
-      h_DN, cache = token_step.hidden(model, kernels, tok_N, lengths_N, cache, mesh=mesh)
+      h_DN, cache = cpu_decode.hidden(model, kernels, tok_N, lengths_N, cache, mesh=mesh)
       return h_DN.T, cache
     h_N1D, cache = model.hidden(tok_N[:, None], lengths_N[:, None], cache=cache)
     return h_N1D[:, 0], cache

@@ -3,6 +3,8 @@
 ``rank(groups, judge, topology, rng)`` takes ``groups[b]`` = the N >= 2 trajectories of prompt b
 (index 0 = greedy anchor, all with the same ``query``) and returns one ``GroupResult`` per group:
 final order, ranks, base rewards, float32 advantages, the match log and request/failure counts.
+A failed match is left out of the ranking evidence and demotes both of its players to a shared
+last place with base reward 0, on every topology (topology.py): no trajectory gains from a failure.
 All groups advance round by round; each round is one batched ``judge.judge`` call.
 ``TOPOLOGIES`` keys equal the config values: anchor, round_robin, swiss, double_elimination,
 single_elimination (seeded).

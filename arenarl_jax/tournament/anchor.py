@@ -7,12 +7,17 @@ from arenarl_jax.tournament import topology
 
 
 def play(n: int, rng: np.random.Generator | None = None) -> topology.Play:
-  """score_i = its match score; the anchor's score = mean of its N-1 scores; min-rank ties."""
+  """score_i = its match score; the anchor's score = mean of its N-1 scores; min-rank ties.
+
+  A failed match is left out of the anchor's mean, and i and the anchor are demoted (topology.py).
+  """
   del rng  # deterministic
-  results = yield [(i, 0) for i in range(1, n)]
-  scores = [0.0] + [score_i for score_i, _ in results]
-  scores[0] = sum(score_anchor for _, score_anchor in results) / (n - 1)
-  return topology.standing_from_scores(scores)
+  pairs = [(i, 0) for i in range(1, n)]
+  results = yield pairs
+  scores = [0.0] + [r[0] if r is not None else 0.0 for r in results]
+  judged = [r[1] for r in results if r is not None]
+  scores[0] = sum(judged) / len(judged) if judged else 0.0
+  return topology.standing_from_scores(scores, topology.failed_players(pairs, results))
 
 
 def num_matches(n: int) -> int:

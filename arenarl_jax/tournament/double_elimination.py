@@ -30,13 +30,18 @@ def play(n: int, rng: np.random.Generator | None = None) -> topology.Play:
   unbeaten = list(range(n))
   one_loss: list[int] = []
   eliminated: list[list[int]] = []  # batches, earliest first
+  failed: set[int] = set()  # players of a failed match: demoted at the end (topology.py)
 
   def settle(pairs, scores):
-    """(winners, losers) of ``pairs``; on a tie P advances (P is random: pairs are shuffled)."""
+    """(winners, losers) of ``pairs``; on a tie or a failed match P advances (P is random: pairs
+    are shuffled; in the grand final P is the winners-bracket champion)."""
     won, lost = [], []
-    for (a, b), (sa, sb) in zip(pairs, scores):
-      topology.record(total, played, a, b, sa, sb)
-      a_wins = topology.p_points(sa, sb) >= 0.5
+    failed.update(topology.failed_players(pairs, scores))
+    for (a, b), s in zip(pairs, scores):
+      a_wins = True
+      if s is not None:
+        topology.record(total, played, a, b, *s)
+        a_wins = topology.p_points(*s) >= 0.5
       won.append(a if a_wins else b)
       lost.append(b if a_wins else a)
     return won, lost
@@ -51,16 +56,16 @@ def play(n: int, rng: np.random.Generator | None = None) -> topology.Play:
     one_loss = lb_won + lb_byes + wb_lost
     if lb_lost:
       eliminated.append(lb_lost)
-  # Grand final, no reset: on a tie the undefeated winners-bracket champion wins.
+  # Grand final, no reset: on a tie (or a failure) the undefeated winners-bracket champion wins.
   final = [(unbeaten[0], one_loss[0])]
   (champion,), (runner_up,) = settle(final, (yield final))
-  # Inside a batch: higher average match score first, then a seeded random tie-break.
+  # Inside a batch: higher average judged-match score first, then a seeded random tie-break.
   average = [topology.sort_key(t / max(p, 1)) for t, p in zip(total, played)]
   tiebreak = rng.permutation(n).tolist()
   order = [champion, runner_up]
   for batch in reversed(eliminated):
     order.extend(sorted(batch, key=lambda p: (-average[p], tiebreak[p])))
-  return topology.standing_from_order(order)
+  return topology.standing_from_order(order, failed)
 
 
 def num_matches(n: int) -> int:

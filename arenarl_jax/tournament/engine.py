@@ -12,7 +12,6 @@ from arenarl_jax.tournament import topology as topology_lib
 from arenarl_jax.types import GroupResult, Judge, Match, MatchResult, Trajectory
 
 DEFAULT_FAILURE_THRESHOLD = 0.1
-_TIED = (10.0, 10.0)  # a failed match is scored as a tie at the middle of [0, 20]
 _MAX_SCORE = 20.0
 
 
@@ -33,9 +32,12 @@ def rank(
   ``groups[b]`` is the list of N >= 2 trajectories of prompt b (index 0 = the greedy anchor); all
   share one ``query``, which fills ``Match.query``; ``Match.group`` is b. Sizes may differ.
   ``rng`` (a seed or a numpy Generator) is split into one stream per group, so a group's result
-  depends only on its seed stream, its index and the judge. Failed matches (``ok=False``) count
-  as ties and are logged; when more than ``failure_threshold`` of all matches of this call fail,
-  a ``JudgeFailureError`` is raised (as soon as that is certain).
+  depends only on its seed stream, its index and the judge. A failed match (``ok=False``; its
+  scores are ignored) is left out of the ranking evidence and demotes both of its players to a
+  shared last place with base reward 0 on every topology (topology.py), so no trajectory gains
+  from breaking the judge. Failures are logged and counted in ``GroupResult.failures``; when
+  more than ``failure_threshold`` of all matches of this call fail, a ``JudgeFailureError`` is
+  raised (as soon as that is certain).
   """
   spec = registry.TOPOLOGIES.get(topology)
   if spec is None:
@@ -71,8 +73,8 @@ def rank(
     if num_failed:
       failed_so_far += num_failed
       first = next(r for r in results if not r.ok)
-      logging.warning("tournament %s round %d: %d of %d matches failed, scored as ties "
-                      "(first error: %s)", topology, round_index, num_failed,
+      logging.warning("tournament %s round %d: %d of %d matches failed; their players are "
+                      "demoted (first error: %s)", topology, round_index, num_failed,
                       len(matches), first.error)
       # The final rate is failed / planned, so passing the threshold is already certain here.
       if failed_so_far > failure_threshold * planned:
@@ -136,12 +138,13 @@ def _query_of(b: int, group: list[Trajectory]) -> str:
 
 
 def _check_results(matches: list[Match], results: list[MatchResult]):
-  """(score_p, score_q) per match with failures as (10, 10) ties, and ok flags; bad scores raise."""
+  """(score_p, score_q) per match, None for a failed one, and ok flags; bad scores raise."""
   if len(results) != len(matches):
     raise ValueError(f"judge returned {len(results)} results for {len(matches)} matches")
   ok = [bool(r.ok) for r in results]
-  scores = [(r.score_p, r.score_q) if good else _TIED for r, good in zip(results, ok)]
-  scores_M2 = np.array(scores, np.float64).reshape(-1, 2)
+  scores = [(r.score_p, r.score_q) if good else None for r, good in zip(results, ok)]
+  scores_M2 = np.array([s if s is not None else (0.0, 0.0) for s in scores],
+                       np.float64).reshape(-1, 2)
   bad_M = ~np.all((scores_M2 >= 0) & (scores_M2 <= _MAX_SCORE), axis=1)  # NaN fails too
   if bad_M.any():
     k = int(np.argmax(bad_M))

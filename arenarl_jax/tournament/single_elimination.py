@@ -25,19 +25,33 @@ def bracket_order(size: int) -> tuple[int, ...]:
 
 
 def play(n: int, rng: np.random.Generator | None = None) -> topology.Play:
-  """Champion first, then each round's losers from the final backwards (avg score, then seed)."""
+  """Champion first, then each round's losers from the final backwards (avg score, then seed).
+
+  Every player keeps a list of points (as ``total`` and ``played``): player i >= 1 one entry, its
+  seeding score; the anchor ONE entry, the mean of its N-1 seeding scores; then one entry per
+  bracket match. A failed match adds no entry, the better seed advances, and both players are
+  demoted (topology.py).
+  """
   del rng  # deterministic: ties go to the better seed
   tol, key = topology.TOLERANCE, topology.sort_key
   total = [0.0] * n
-  played = [1] * n
-  played[0] = n - 1
-  scores = yield [(i, 0) for i in range(1, n)]
-  for i, (si, s0) in enumerate(scores, start=1):
-    total[i] = si
-    total[0] += s0
+  played = [0] * n
+  seeding = [(i, 0) for i in range(1, n)]
+  scores = yield seeding
+  failed = topology.failed_players(seeding, scores)
+  anchor_scores = []
+  for i, s in enumerate(scores, start=1):
+    if s is not None:
+      total[i], played[i] = s[0], 1
+      anchor_scores.append(s[1])
+  if anchor_scores:
+    total[0], played[0] = sum(anchor_scores) / len(anchor_scores), 1
+
+  def mean(p: int) -> int:
+    return key(total[p] / played[p]) if played[p] else 0
+
   # Seed by mean score so far, descending; equal means: lower index first.
-  by_seed = [p for _, p in sorted([(-key(t / k), p)
-                                   for p, (t, k) in enumerate(zip(total, played))])]
+  by_seed = sorted(range(n), key=lambda p: (-mean(p), p))
   seed_of = [0] * n
   for k, p in enumerate(by_seed):
     seed_of[p] = k
@@ -47,11 +61,14 @@ def play(n: int, rng: np.random.Generator | None = None) -> topology.Play:
   while len(slots) > 1:
     pairs = [(a, b) for a, b in zip(slots[0::2], slots[1::2]) if b >= 0]
     scores = yield pairs
+    failed |= topology.failed_players(pairs, scores)
     winners, losers = [], []
-    for (a, b), (sa, sb) in zip(pairs, scores):
-      topology.record(total, played, a, b, sa, sb)
-      diff = sa - sb
-      # The higher score wins; a tie (within tolerance) goes to the better seed.
+    for (a, b), s in zip(pairs, scores):
+      diff = 0.0
+      if s is not None:
+        topology.record(total, played, a, b, *s)
+        diff = s[0] - s[1]
+      # The higher score wins; a tie (within tolerance) or a failure goes to the better seed.
       if diff > tol or (diff >= -tol and seed_of[a] < seed_of[b]):
         winners.append(a)
         losers.append(b)
@@ -65,10 +82,9 @@ def play(n: int, rng: np.random.Generator | None = None) -> topology.Play:
     slots = winners
   order = slots
   for losers in reversed(round_losers):
-    # Inside a round: higher average score (seeding and matches) first, then the better seed.
-    order += [p for *_, p in sorted([(-key(total[p] / played[p]), seed_of[p], p)
-                                     for p in losers])]
-  return topology.standing_from_order(order)
+    # Inside a round: higher mean of the points list first, then the better seed.
+    order += sorted(losers, key=lambda p: (-mean(p), seed_of[p]))
+  return topology.standing_from_order(order, failed)
 
 
 def num_matches(n: int) -> int:

@@ -20,6 +20,7 @@ def play(n: int, rng: np.random.Generator | None = None) -> topology.Play:
   if rng is None:
     raise ValueError("swiss: needs a seeded numpy Generator for its random orderings")
   points = [0.0] * n
+  failed: set[int] = set()  # players of a failed match: demoted at the end (topology.py)
   had_bye = [False] * n
   opponents: list[set[int]] = [set() for _ in range(n)]
   for _ in range(num_rounds(n)):
@@ -39,14 +40,17 @@ def play(n: int, rng: np.random.Generator | None = None) -> topology.Play:
       opponents[b].add(a)
       pairs.append((a, b))
     scores = yield pairs
-    for (a, b), (sa, sb) in zip(pairs, scores):
-      won = topology.p_points(sa, sb)
+    failed |= topology.failed_players(pairs, scores)
+    for (a, b), s in zip(pairs, scores):
+      if s is None:  # no points; they still count as opponents (no rematch, Buchholz)
+        continue
+      won = topology.p_points(*s)
       points[a] += won
       points[b] += 1.0 - won
   # Buchholz = sum of distinct opponents' final points; points and Buchholz are multiples of
   # 0.5, so equal keys are exact full ties.
   buchholz = [sum(points[o] for o in opp) for opp in opponents]
-  return topology.standing_from_tiers(list(zip(points, buchholz)))
+  return topology.standing_from_tiers(list(zip(points, buchholz)), failed)
 
 
 def num_matches(n: int) -> int:

@@ -1,27 +1,35 @@
 """What a topology is: a per-group generator that yields rounds of pairs and returns a Standing.
 
 A topology's ``play(n, rng)`` is a generator. Each ``yield`` is one round: a non-empty list of
-(i, j) pairs (i plays as P, j as Q). The engine sends back one (score_p, score_q) tuple of floats
-per pair, with failed matches already turned into (10, 10) ties, and the generator finally
-returns a ``Standing``. The engine interleaves the generators of all groups, so each round of
+(i, j) pairs (i plays as P, j as Q). The engine sends back one entry per pair: a (score_p,
+score_q) tuple of floats, or ``None`` for a failed match, and the generator finally returns a
+``Standing``.
+
+The failure rule (every topology): the judge could not say which side broke a failed match, so
+the rule must hold for both sides. A failed match is left out of the ranking evidence (no points,
+no entry in any average; where a bracket must advance someone, the better seed advances, or P,
+who is random, in double elimination), and both of its players are demoted: they are placed
+after every trajectory without a failed match, share the last rank and get base reward 0, the
+lowest there is. So no trajectory ever ends with a higher base reward because a match failed. The engine interleaves the generators of all groups, so each round of
 every group goes to the judge in one batch. Plain Python lists keep the per-group cost low: the
 host bookkeeping for 256 groups must stay far below one judge round trip.
 """
 from __future__ import annotations
 
 import dataclasses
-from typing import Callable, Generator
+from typing import Callable, Collection, Generator
 
 import numpy as np
 
 Pairs = list[tuple[int, int]]
-Scores = list[tuple[float, float]]
+Scores = list[tuple[float, float] | None]  # None = a failed match
 Play = Generator[Pairs, Scores, "Standing"]
 
 # Judge sums carry one decimal per direction; float error (e.g. in a mean) must not decide.
 TOLERANCE = 1e-6
 _DECIMALS = 6
 _SCALE = 10**_DECIMALS
+_BELOW_ALL = 1 << 62  # sort key (negated score) below every real score
 
 
 @dataclasses.dataclass(frozen=True)
@@ -54,14 +62,15 @@ def sort_key(score: float) -> int:
   return int(score * _SCALE + 0.5)
 
 
-def standing_from_scores(scores: list[float]) -> Standing:
+def standing_from_scores(scores: list[float], failed: Collection[int] = ()) -> Standing:
   """Min ranks by score (anchor, round robin): x = (max_rank - rank) / (max_rank - 1).
 
   Same as ``advantages.min_ranks`` + ``rewards_from_ranks`` on quantized scores, in plain Python
-  because a group is small and there are hundreds of them.
+  because a group is small and there are hundreds of them. Players in ``failed`` rank below
+  everyone else, tied, so they share the largest rank and x = 0.
   """
   n = len(scores)
-  keys = [-sort_key(s) for s in scores]
+  keys = [_BELOW_ALL if p in failed else -sort_key(s) for p, s in enumerate(scores)]
   order = sorted(range(n), key=keys.__getitem__)  # stable: equal scores by index
   ranks = [0] * n
   rank, previous = 0, None
@@ -73,41 +82,59 @@ def standing_from_scores(scores: list[float]) -> Standing:
   return Standing(tuple(order), np.array(ranks, np.int32), np.array(x, np.float32))
 
 
-def standing_from_tiers(keys: list[tuple[float, ...]]) -> Standing:
+def standing_from_tiers(keys: list[tuple[float, ...]], failed: Collection[int] = ()) -> Standing:
   """Order by descending ``keys`` (then index); equal keys are full ties that share the average
   x of their positions and the smallest rank (Swiss). Same as ``advantages.rewards_from_order``.
+  Players in ``failed`` come last as one tier that shares the last rank and x = 0 (not the
+  average of its positions: a failure must not lift anyone above the last place's reward).
   """
   n = len(keys)
-  order = sorted(range(n), key=lambda p: (tuple(-k for k in keys[p]), p))
+  order = sorted(range(n), key=lambda p: (p in failed, tuple(-k for k in keys[p]), p))
   ranks = [0] * n
   x = [0.0] * n
   start = 0
   while start < n:
     stop = start + 1
-    while stop < n and keys[order[stop]] == keys[order[start]]:
+    if order[start] in failed:  # the failure tier: everyone left
+      stop = n
+    while stop < n and keys[order[stop]] == keys[order[start]] and order[stop] not in failed:
       stop += 1
     shared = 1.0 - (start + stop - 1) / 2 / (n - 1)  # mean of 1 - pos / (n - 1) over the run
+    if order[start] in failed:
+      shared = 0.0
     for player in order[start:stop]:
       ranks[player], x[player] = start + 1, shared
     start = stop
   return Standing(tuple(order), np.array(ranks, np.int32), np.array(x, np.float32))
 
 
-def standing_from_order(order: list[int]) -> Standing:
-  """Strict standing from a best-first order (elimination topologies): x = 1 - pos / (G-1)."""
+def standing_from_order(order: list[int], failed: Collection[int] = ()) -> Standing:
+  """Strict standing from a best-first order (elimination topologies): x = 1 - pos / (G-1).
+
+  Players in ``failed`` move behind all others (keeping their order), share the rank after the
+  last of the others and get x = 0.
+  """
   n = len(order)
-  ranks = [0] * n
-  for position, player in enumerate(order):
-    ranks[player] = position + 1
-  if 0 in ranks:
+  if sorted(order) != list(range(n)):
     raise AssertionError(f"topology produced an order that is not a permutation: {order}")
-  rewards = [(n - r) / (n - 1) for r in ranks]
+  order = [p for p in order if p not in failed] + [p for p in order if p in failed]
+  ranks = [0] * n
+  rewards = [0.0] * n
+  kept = n - len(set(failed) & set(order))
+  for position, player in enumerate(order):
+    ranks[player] = min(position, kept) + 1
+    rewards[player] = (n - 1 - position) / (n - 1) if position < kept else 0.0
   return Standing(tuple(order), np.array(ranks, np.int32), np.array(rewards, np.float32))
 
 
 def ceil_log2(n: int) -> int:
   """Smallest k with 2**k >= n (n >= 1)."""
   return (n - 1).bit_length()
+
+
+def failed_players(pairs: Pairs, scores: Scores) -> set[int]:
+  """Both players of every failed (``None``) match of a round."""
+  return {p for pair, s in zip(pairs, scores) if s is None for p in pair}
 
 
 def record(total: list[float], played: list[int], a: int, b: int, sa: float, sb: float) -> None:

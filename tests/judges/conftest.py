@@ -26,8 +26,8 @@ class RealEndpoint:
   key: str = dataclasses.field(repr=False)
   proxies: list = dataclasses.field(default_factory=list)
 
-  def proxy(self, schedule=(), on_forward=None) -> fault_proxy.FaultProxy:
-    p = fault_proxy.FaultProxy(self.server.port, schedule, on_forward).start()
+  def proxy(self, schedule=(), on_forward=None, gate=None) -> fault_proxy.FaultProxy:
+    p = fault_proxy.FaultProxy(self.server.port, schedule, on_forward, gate).start()
     self.proxies.append(p)
     return p
 

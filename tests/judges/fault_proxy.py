@@ -4,6 +4,8 @@ Chat-completion requests are numbered in arrival order; ``schedule[k]`` says wha
 k-th: "pass" (forward to the upstream server), "429"/"503" (answered by the proxy itself, never
 reaching the model), or "hang" (no answer until the client gives up). Requests past the schedule
 pass. When the upstream is down, the client's connection is reset (as if talking to it directly).
+``gate=(k, total)`` holds each passing request until k are in flight together (or it is the
+first, a lone probe, or the last of ``total``), so concurrency is checked by counting, not timing.
 """
 import asyncio
 import re
@@ -15,7 +17,10 @@ class FaultProxy:
   """Counts arrivals, forwards and concurrent requests; one connection per request."""
 
   def __init__(self, upstream_port: int, schedule=(),
-               on_forward: Callable[[int], None] | None = None):
+               on_forward: Callable[[int], None] | None = None,
+               gate: tuple[int, int] | None = None):
+    self.gate = gate
+    self._released: asyncio.Event | None = None
     self.upstream_port = upstream_port
     self.schedule = list(schedule)
     self.on_forward = on_forward  # called with the forward's index when it goes upstream
@@ -88,6 +93,8 @@ class FaultProxy:
       elif action == "hang":
         await reader.read()  # returns when the client gives up and closes the connection
       else:
+        if is_chat and self.gate is not None:
+          await self._hold()
         await self._forward(head, body, writer, index)
     except (ConnectionError, asyncio.IncompleteReadError):
       pass
@@ -95,6 +102,16 @@ class FaultProxy:
       if is_chat:
         self.in_flight -= 1
       writer.close()
+
+  async def _hold(self) -> None:
+    k, total = self.gate
+    if self._released is None:
+      self._released = asyncio.Event()
+    if self.in_flight >= k or self.arrivals in (1, total):
+      self._released.set()
+      self._released = asyncio.Event()
+      return
+    await asyncio.wait_for(self._released.wait(), 60.0)  # a client that never reaches k fails
 
   def _record(self, index: int | None, outcome: str) -> None:
     if index is not None:  # a chat-completion request (others are not counted)

@@ -45,14 +45,23 @@ def completion(content: str) -> dict:
                        "message": {"role": "assistant", "content": content}}]}
 
 
+class GateError(AssertionError):
+  """The client never had the gate's number of requests in flight together."""
+
+
 class FakeServer:
   """Scripted faults (consumed in arrival order), then ``reply(body) -> content``."""
 
-  def __init__(self, reply, faults=(), delay_s: float = 0.0, api_key: str | None = None):
+  def __init__(self, reply, faults=(), delay_s: float = 0.0, api_key: str | None = None,
+               gate: tuple[int, int] | None = None):
+    """``gate=(k, total)`` holds each request until k are in flight together (or the request is
+    the first, a lone probe, or the last of ``total``): concurrency is then checked by counting,
+    never by timing. A client that cannot reach k in flight fails after 10 s (no deadlock)."""
     self.reply, self.faults, self.delay_s, self.api_key = reply, list(faults), delay_s, api_key
     self.bodies: list[dict] = []
     self.headers: list[httpx.Headers] = []
     self.in_flight = self.max_in_flight = 0
+    self.gate, self._released = gate, None
 
   @property
   def transport(self) -> httpx.MockTransport:
@@ -66,6 +75,8 @@ class FakeServer:
     self.in_flight += 1
     self.max_in_flight = max(self.max_in_flight, self.in_flight)
     try:
+      if self.gate is not None:
+        await self._hold()
       await asyncio.sleep(self.delay_s)
       if fault == "hang":
         await asyncio.sleep(3600)
@@ -83,3 +94,17 @@ class FakeServer:
       return httpx.Response(200, json=completion(self.reply(body)))
     finally:
       self.in_flight -= 1
+
+  async def _hold(self) -> None:
+    k, total = self.gate
+    if self._released is None:
+      self._released = asyncio.Event()
+    arrived = len(self.bodies)
+    if self.in_flight >= k or arrived == 1 or arrived == total:
+      self._released.set()
+      self._released = asyncio.Event()
+      return
+    try:
+      await asyncio.wait_for(self._released.wait(), 10.0)
+    except TimeoutError:
+      raise GateError(f"{self.in_flight} requests in flight, the gate waits for {k}") from None

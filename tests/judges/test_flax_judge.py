@@ -15,11 +15,12 @@ from arenarl_jax.judges import render
 from arenarl_jax.judges import rubric as rubric_lib
 from arenarl_jax.judges import verdict as verdict_lib
 from arenarl_jax.models import config as config_lib
-from arenarl_jax.models import cache_attention
+from arenarl_jax.models.cpu import kernel as cpu_kernel
 from arenarl_jax.models.embedded import find_smollm2_gguf
 from arenarl_jax.models.transformer import Transformer, make_model
 from arenarl_jax.tokenizer import Tokenizer
 from arenarl_jax.types import Match, Step, Trajectory
+import judge_fakes
 from judge_fakes import traj
 
 TINY = config_lib.PRESETS["tiny"]
@@ -173,15 +174,17 @@ def test_fixed_score_logits_give_hand_computed_scores(tok):
 
 
 # ---------------------------------------------------------------- the device program
-@pytest.mark.parametrize("family,kernel", [("llama", False), ("qwen3", False), ("llama", True)])
-def test_branch_reads_equal_each_branch_as_its_own_sequence(family, kernel):
-  if kernel and not cache_attention.available():
+@pytest.mark.parametrize("family,attention", [
+    ("llama", "reference"), ("qwen3", "reference"), ("llama", "cpu_kernel"),
+    ("qwen3", "dot_product_attention")])
+def test_branch_reads_equal_each_branch_as_its_own_sequence(family, attention):
+  if attention == "cpu_kernel" and not cpu_kernel.available():
     pytest.skip("no C++ compiler / not a CPU backend")
   cfg = dataclasses.replace(TINY, vocab_size=1024)
   if family == "qwen3":
     cfg = dataclasses.replace(cfg, family="qwen3", qk_norm=True, qkv_bias=True,
                               tie_embeddings=False)
-  model = make_model(cfg, seed=1)
+  model = make_model(cfg, seed=1, attention=attention)
   graphdef, params = nnx.split(model)
   rng = np.random.default_rng(0)
   prefix = rng.integers(20, 500, 37)
@@ -194,17 +197,17 @@ def test_branch_reads_equal_each_branch_as_its_own_sequence(family, kernel):
   tokens = np.zeros((2, 64), np.int32)
   for r, ids in enumerate(rows):
     tokens[r, :len(ids)] = ids
-  cache = flax_programs.prefill_prefix(graphdef, params, prefix[None], kernel=kernel)
+  cache = flax_programs.prefill_prefix(graphdef, params, prefix[None])
   probs, mass = flax_programs.score_rows(graphdef, params, cache, tokens,
-                                         np.array([20, 33], np.int32), layout=layout, block=24,
-                                         kernel=kernel)
+                                         np.array([20, 33], np.int32), layout=layout, block=24)
   # Reference: prefix + row + branch + "1" as ONE plain causal sequence per (row, branch), all
   # right-padded into one batch (causal: padding after a sequence cannot change it).
   seqs = [np.concatenate([prefix, ids, branch, [11]]) for ids in rows for branch in branches]
   batch = np.zeros((len(seqs), max(map(len, seqs))), np.int32)
   for k, seq in enumerate(seqs):
     batch[k, :len(seq)] = seq
-  logits = jax.jit(lambda p, x: nnx.merge(graphdef, p)(x)[0])(params, batch)
+  oracle, _ = nnx.split(make_model(cfg, seed=1, attention="reference"))
+  logits = jax.jit(lambda p, x: nnx.merge(oracle, p)(x)[0])(params, batch)
   logp = jax.nn.log_softmax(logits, axis=-1)
   reads = np.array([len(seq) - 2 for seq in seqs])  # the branch's last token; then after "1"
   rows_k = np.arange(len(seqs))
@@ -279,7 +282,7 @@ def test_token_budget_truncates_with_a_marker_or_fails_cleanly(tok):
   assert r.ok and judge.snapshot()["refits"] > 0 and judge.snapshot()["truncations"] > 0
   tight = flax_judge.FlaxJudge(judge.model, tok, dataclasses.replace(cfg, max_user_tokens=64))
   (r,) = tight.judge([_match(huge, traj(3))])
-  assert not r.ok and "max_user_tokens=64" in r.error and r.score_p == r.score_q == 10.0
+  assert not r.ok and "max_user_tokens=64" in r.error and r.score_p == r.score_q == 0.0
   assert tight.snapshot()["failed_matches"] == 1
 
 
@@ -310,9 +313,40 @@ def test_generative_parses_the_verdict_and_fails_cleanly_on_garbage(tok):
   assert r.detail["forward"] == (a.combined, b.combined) and r.detail["mismatches"] == 0
   judge, match = _generative(tok, 'Agent_A wins! {"Agent_A": 10')
   (r,) = judge.judge([match])
-  assert not r.ok and r.score_p == r.score_q == 10.0 and "unparseable verdict" in r.error
+  assert not r.ok and r.score_p == r.score_q == 0.0 and "unparseable verdict" in r.error
   snap = judge.snapshot()
   assert snap["parse_failures"] == 2 and snap["failed_matches"] == 1  # both orders failed
+
+
+def test_generative_scripted_replies_distinguish_the_two_orders(tok, monkeypatch):
+  """Each order gets the truthful reply for ITS prompt (A = the agent shown first), so a P/Q swap
+  in pairing or summing the two orders changes the result (one reply for both orders cannot)."""
+  judge, match = _generative(tok, "{}")  # P has QUALITY=4, Q has QUALITY=6
+  parts = []
+  real_chunks = judge.chunks
+
+  def chunks(unique):
+    for part, tokens, lengths in real_chunks(unique):
+      parts.append(part)
+      yield part, tokens, lengths
+
+  class ScriptedTokenizer:
+    def __getattr__(self, name):
+      return getattr(tok, name)
+
+    def decode_batch(self, lists, **kw):
+      del kw
+      return [judge_fakes.truthful_reply({"messages": [{"content": tok.decode(list(ids))}]},
+                                         rubric_lib.TRAVEL, compact=True)
+              for ids in parts[-1][:len(lists)]]
+
+  monkeypatch.setattr(judge, "chunks", chunks)
+  monkeypatch.setattr(judge, "tokenizer", ScriptedTokenizer())
+  (r,) = judge.judge([match])
+  assert r.ok and r.detail["forward"] == (4.0, 6.0) and r.detail["backward"] == (6.0, 4.0)
+  assert (r.score_p, r.score_q) == (8.0, 12.0)
+  snap = judge.snapshot()
+  assert snap["both_orders"] == 1 and snap["order_flips"] == 0 and snap["requests"] == 2
 
 
 # ---------------------------------------------------------------- config and SmolLM2

@@ -56,8 +56,9 @@ class Batch:
 
 @pytest.fixture(scope="module")
 def judged_batch(real_endpoint, tmp_path_factory):
-  """Two matches (four real requests), concurrency limit 2, with an on-disk cache."""
-  proxy = real_endpoint.proxy()
+  """Two matches (four real requests), concurrency limit 2, with an on-disk cache; the proxy's
+  gate holds requests until two are in flight (counting, not timing)."""
+  proxy = real_endpoint.proxy(gate=(2, 4))
   cache_dir = str(tmp_path_factory.mktemp("judge_cache"))
   judge = http.HttpJudge(_config(proxy, cache_dir=cache_dir), MINI, compact=True)
   return Batch(judge.judge(_matches(2)), judge, proxy, cache_dir)
@@ -86,18 +87,20 @@ def test_batch_judged_in_both_orders_with_valid_scores(judged_batch):
 
 
 def test_in_flight_never_exceeds_the_limit(judged_batch):
-  # The server answers one request at a time, so the others wait in flight: the limit is reached.
+  # The gate released nothing until two were in flight: the limit is reached and never passed.
   assert judged_batch.proxy.max_in_flight == 2
   assert judged_batch.judge.metrics.max_in_flight == 2
 
 
-def test_second_run_served_from_cache(judged_batch, real_endpoint):
-  proxy = real_endpoint.proxy()
+def test_second_run_served_from_cache(judged_batch):
+  # The same endpoint (cache keys include it): a new judge sends nothing.
+  proxy = judged_batch.proxy
+  arrivals = proxy.arrivals
   judge = http.HttpJudge(_config(proxy, cache_dir=judged_batch.cache_dir), MINI, compact=True)
   again = judge.judge(_matches(2))
   assert [(r.score_p, r.score_q) for r in again] == [
       (r.score_p, r.score_q) for r in judged_batch.results]
-  assert proxy.arrivals == 0 and judge.metrics["requests"] == 0
+  assert proxy.arrivals == arrivals and judge.metrics["requests"] == 0
   assert judge.metrics["cache_hits"] == 4
 
 
@@ -109,6 +112,19 @@ def test_wrong_key_one_401_no_retries(real_endpoint, monkeypatch):
     judge.judge(_matches(3))
   assert "not-the-key" not in str(e.value)
   assert proxy.arrivals == 1 and judge.metrics["retries"] == 0
+
+
+def test_json_schema_format_falls_back_on_this_server(real_endpoint):
+  """llama-cpp-python's server rejects response_format type json_schema (HTTP 422): the judge
+  falls back to its json_object + schema form once and keeps it (3 requests reach the server)."""
+  proxy = real_endpoint.proxy()
+  judge = http.HttpJudge(_config(proxy, response_format="json_schema", max_concurrency=1), MINI,
+                         compact=True)
+  (r,) = judge.judge(_matches(1))
+  assert r.ok, r.error
+  assert judge.metrics["format_fallbacks"] == 1 and judge.response_format == "json_object_schema"
+  types = [json.loads(b)["response_format"]["type"] for b in proxy.bodies]
+  assert types == ["json_schema", "json_object", "json_object"] and r.requests == 3
 
 
 def test_faults_through_proxy_are_retried(judged_batch, real_endpoint):

@@ -146,3 +146,13 @@ def test_make_judge_rubric_backend():
     judges.make_judge({"backend": "rubric"})
   with pytest.raises(ValueError, match=r"judge\.noise: unknown key"):
     judges.make_judge({"backend": "rubric", "noise": {"sigma": 1}}, checker=travel_checker)
+
+
+def test_order_flip_rate_counts_position_bias():
+  # Equal agents: a bias towards Agent_A makes each order name its A the winner (a flip);
+  # a 6-point quality gap outweighs a 2-point bias (no flip).
+  j = rubric_judge.RubricJudge(mini_checker, MINI, rubric_judge.NoiseModel(position_bias=2.0))
+  j.judge([_m(_t(5), _t(5)), _m(_t(5), _t(5), 1), _m(_t(9), _t(3), 2)])
+  snap = j.metrics.snapshot()
+  assert snap["both_orders"] == 3 and snap["order_flips"] == 2
+  assert snap["order_flip_rate"] == pytest.approx(2 / 3)

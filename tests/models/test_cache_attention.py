@@ -1,4 +1,4 @@
-"""The cache attention kernel (models/cache_attention.py) equals the model's XLA attention."""
+"""The CPU attention kernel (models/cpu/kernel.py) equals the reference attention."""
 import logging
 
 import jax
@@ -8,10 +8,11 @@ import pytest
 from jax.sharding import NamedSharding, PartitionSpec as P
 
 from arenarl_jax.models import config as config_lib
-from arenarl_jax.models import cache_attention
 from arenarl_jax.models.attention import attend
+from arenarl_jax.models.cpu import build
+from arenarl_jax.models.cpu import kernel as cache_attention
 from arenarl_jax.models.kv_cache import KVCache
-from arenarl_jax.models.transformer import make_model
+from arenarl_jax.models.transformer import make_model, set_attention
 from arenarl_jax.sharding import make_mesh
 
 pytestmark = pytest.mark.skipif(not cache_attention.available(),
@@ -170,12 +171,12 @@ def test_chunk_without_prefix_sees_nothing_gives_zeros_and_cannot_write():
 
 
 @pytest.mark.parametrize("shared_prefix", [False, True])
-def test_fill_and_hidden_on_the_kernel_equal_the_xla_attention(shared_prefix):
-  """``Transformer.hidden`` / ``fill`` with ``kernel=True`` (chunks at per-row offsets, a second
-  chunk after the first) give the same outputs and caches as the XLA attention."""
+def test_fill_and_hidden_on_the_kernel_equal_the_reference_attention(shared_prefix):
+  """``Transformer.hidden`` / ``fill`` with attention ``cpu_kernel`` (chunks at per-row offsets, a
+  second chunk after the first) give the same outputs and caches as ``reference``."""
   cfg = config_lib.ModelConfig(vocab_size=300, d_model=64, n_layers=2, n_heads=6, n_kv_heads=2,
                                head_dim=32, ffn_dim=96)
-  model = make_model(cfg, seed=3)
+  model = make_model(cfg, seed=3, attention="reference")
   rng = np.random.default_rng(7)
   n = 4
   prefix = None
@@ -187,43 +188,41 @@ def test_fill_and_hidden_on_the_kernel_equal_the_xla_attention(shared_prefix):
   cache = KVCache.init(cfg, n, 40, prefix=prefix)
   start_N = cache.start_N() + jnp.asarray([0, 3, 1, 7], jnp.int32)
   results = {}
-  for kernel in (False, True):
+  for attention in ("reference", "cpu_kernel"):
+    set_attention(model, attention)
     c, outs = cache, []
-    for t, offset in ((13, 0), (6, 13)):
+    for t, offset in ((13, 0), (6, 13), (1, 19)):
       tokens = jnp.asarray(np.random.default_rng(t).integers(0, 300, (n, t)), jnp.int32)
       positions = start_N[:, None] + offset + jnp.arange(t)[None]
-      h, c = jax.jit(lambda tok, pos, c: model.hidden(tok, pos, cache=c, kernel=kernel))(
-          tokens, positions, c)
+      h, c = jax.jit(lambda tok, pos, c: model.hidden(tok, pos, cache=c))(tokens, positions, c)
       outs.append(h)
-    filled = model.fill(tokens, positions, cache=c, kernel=kernel)
-    results[kernel] = (outs, c, filled)
-  (o0, c0, f0), (o1, c1, f1) = results[False], results[True]
+    filled = model.fill(tokens, positions, cache=c)
+    results[attention] = (outs, c, filled)
+  (o0, c0, f0), (o1, c1, f1) = results["reference"], results["cpu_kernel"]
   for a, b in zip(o0, o1):
     np.testing.assert_allclose(np.asarray(a), np.asarray(b), atol=2e-5, rtol=0)
   for a, b in zip(jax.tree.leaves((c0, f0)), jax.tree.leaves((c1, f1))):
     np.testing.assert_allclose(np.asarray(a), np.asarray(b), atol=2e-5, rtol=0)
 
 
-def test_switch_off_and_unbuildable_kernel(monkeypatch, tmp_path, caplog):
-  """ARENARL_ATTENTION_KERNEL=0 turns the kernel off; a compiler that fails makes ``build`` raise
-  with the command and the compiler's message (``available`` then logs it and says False)."""
-  monkeypatch.setenv(cache_attention.ENV_SWITCH, "0")
-  assert not cache_attention.available()
-  monkeypatch.setenv(cache_attention.CACHE_ENV, str(tmp_path))
+def test_unbuildable_kernel(monkeypatch, tmp_path, caplog):
+  """A compiler that fails makes ``build`` raise with the command and the compiler's message;
+  ``registered`` then logs it and says False (the reference attention is used)."""
+  monkeypatch.delenv(build.REQUIRE_ENV, raising=False)
+  monkeypatch.setenv(build.CACHE_ENV, str(tmp_path / "kernels"))
   monkeypatch.setenv("CXX", "false")
   with pytest.raises(RuntimeError, match="cache_attention.cc failed"):
-    cache_attention.build()
-  assert not list(tmp_path.iterdir())  # no partial library left behind
-  cache_attention._registered.cache_clear()  # pylint: disable=protected-access
-  monkeypatch.delenv(cache_attention.ENV_SWITCH)
+    build.build()
+  assert [p.name for p in (tmp_path / "kernels").iterdir()] == []  # no partial library left
+  build.registered.cache_clear()
   with caplog.at_level(logging.WARNING):
     assert not cache_attention.available()
-  assert "using XLA attention" in caplog.text
-  cache_attention._registered.cache_clear()  # pylint: disable=protected-access
+  assert "using the reference attention" in caplog.text
+  build.registered.cache_clear()
   monkeypatch.undo()
   assert cache_attention.available()
 
 
 def test_bfloat16_cache_falls_back():
-  """The kernel is float32 only: other cache dtypes use the XLA attention."""
+  """The kernel is float32 only: other cache dtypes use the reference attention."""
   assert not cache_attention.available(jnp.bfloat16)

@@ -1,33 +1,37 @@
-"""The feature-major decode step (models/token_step.py) equals the model's own one-token call."""
+"""The feature-major decode step (models/cpu/decode.py) equals the model's own one-token call."""
 import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
 from flax import nnx
 
-from arenarl_jax.models import cache_attention, token_step
+from arenarl_jax.models.cpu import decode as token_step
+from arenarl_jax.models.cpu import kernel as cache_attention
 from arenarl_jax.models.kv_cache import KVCache
+from arenarl_jax.models.transformer import set_attention
 from arenarl_jax.models.safetensors_io import load_hf_dir
 
 # o-projection bias; q/k/v biases + YaRN + untied head; q/k RMSNorm; untied llama3 rope.
 VARIANTS = ["llama_attention_bias", "qwen2_yarn_untied", "qwen3", "llama3_untied"]
 
 
-def _both_steps(model, tokens_N, positions_N, cache, kernel=None):
-  """(feature-major logits and cache, the model's logits and cache), both jitted. ``kernel``:
-  the feature-major step's attention (cache_attention kernel, XLA, or the default)."""
-  fm = nnx.jit(lambda m, t, p, c: token_step.step(m, token_step.transposed_kernels(m), t, p, c,
-                                                  kernel=kernel))
+def _both_steps(model, tokens_N, positions_N, cache, attention="auto"):
+  """(feature-major logits and cache with ``attention``, the reference model call's logits and
+  cache), both jitted."""
+  fm = nnx.jit(lambda m, t, p, c: token_step.step(m, token_step.transposed_kernels(m), t, p, c))
   ref = nnx.jit(lambda m, t, p, c: m(t[:, None], p[:, None], cache=c))
+  set_attention(model, attention)
   got_logits, got_cache = fm(model, tokens_N, positions_N, cache)
+  set_attention(model, "reference")
   want_logits, want_cache = ref(model, tokens_N, positions_N, cache)
   return (got_logits, got_cache), (want_logits[:, 0], want_cache)
 
 
-@pytest.mark.parametrize("kernel", [False, pytest.param(True, marks=pytest.mark.skipif(
-    not cache_attention.available(), reason="no decode attention kernel here"))])
+@pytest.mark.parametrize("attention", ["reference", pytest.param(
+    "cpu_kernel", marks=pytest.mark.skipif(not cache_attention.available(),
+                                           reason="no CPU attention kernel here"))])
 @pytest.mark.parametrize("variant", VARIANTS)
-def test_steps_after_a_shared_prefix_equal_the_model_call(variant, kernel, hf_dirs):
+def test_steps_after_a_shared_prefix_equal_the_model_call(variant, attention, hf_dirs):
   """B = 2 prompts (3 and 5 tokens) shared by G = 2 rows each, rows at different lengths; three
   steps: logits and every layer's written keys/values agree with ``model(...)``, with the
   decode attention kernel and with the model's own attention."""
@@ -42,7 +46,7 @@ def test_steps_after_a_shared_prefix_equal_the_model_call(variant, kernel, hf_di
   for step in range(3):
     tokens_N = jnp.asarray(rng.integers(0, cfg.vocab_size, 4), jnp.int32)
     (got, got_cache), (want, want_cache) = _both_steps(model, tokens_N, positions_N, cache,
-                                                       kernel)
+                                                       attention)
     np.testing.assert_allclose(np.asarray(got), np.asarray(want), atol=2e-5, rtol=0)
     for a, b in zip(got_cache.k + got_cache.v, want_cache.k + want_cache.v):
       np.testing.assert_allclose(np.asarray(a), np.asarray(b), atol=2e-6, rtol=0)

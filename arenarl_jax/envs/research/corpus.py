@@ -19,6 +19,7 @@ import inspect
 import json
 import os
 import re
+import subprocess
 import sys
 import sysconfig
 from typing import Any, Iterable, Sequence
@@ -266,6 +267,36 @@ def build_corpus(modules: Sequence[str] = MODULES) -> Corpus:
   return Corpus(pages=tuple(pages), digest=page_digest(pages), version=version_stamp())
 
 
+# Runs this file alone in a fresh interpreter: build_corpus there, pages as JSON on stdout.
+_ISOLATED = (
+    "import dataclasses, importlib.util, json, sys\n"
+    "spec = importlib.util.spec_from_file_location('_research_corpus', sys.argv[1])\n"
+    "module = importlib.util.module_from_spec(spec)\n"
+    "sys.modules[spec.name] = module\n"
+    "spec.loader.exec_module(module)\n"
+    "corpus = module.build_corpus(tuple(sys.argv[2:]))\n"
+    "json.dump([dataclasses.asdict(p) for p in corpus.pages], sys.stdout, ensure_ascii=False)\n")
+
+
+def _pages_from_json(rows: Iterable[dict[str, Any]]) -> tuple[Page, ...]:
+  return tuple(Page(**{**p, "passages": tuple(p["passages"])}) for p in rows)
+
+
+def build_corpus_isolated(modules: Sequence[str] = MODULES) -> Corpus:
+  """``build_corpus`` in a fresh interpreter that loads only this file and the allowlist.
+
+  Libraries imported by a caller may patch standard-library functions (one replaces
+  ``inspect.getfile``), which would change their pages; a fresh interpreter sees the standard
+  library as it ships, so the corpus is the same whatever the calling process imported.
+  """
+  out = subprocess.run([sys.executable, "-I", "-c", _ISOLATED, os.path.abspath(__file__),
+                        *modules], capture_output=True, text=True, encoding="utf-8", check=False)
+  if out.returncode != 0:
+    raise RuntimeError(f"research corpus: the isolated build failed:\n{out.stderr[-2000:]}")
+  pages = _pages_from_json(json.loads(out.stdout))
+  return Corpus(pages=pages, digest=page_digest(pages), version=version_stamp())
+
+
 def cache_path(cache_dir: str | None = None) -> str:
   folder = cache_dir or os.environ.get(CACHE_ENV) or DEFAULT_CACHE_DIR
   return os.path.join(os.path.expanduser(folder), f"corpus-{version_stamp()}.json")
@@ -275,7 +306,7 @@ def _read_cache(path: str) -> Corpus | None:
   try:
     with open(path, encoding="utf-8") as f:
       data = json.load(f)
-    pages = tuple(Page(**{**p, "passages": tuple(p["passages"])}) for p in data["pages"])
+    pages = _pages_from_json(data["pages"])
   except (OSError, ValueError, KeyError, TypeError):
     return None
   if data.get("version") != version_stamp() or page_digest(pages) != data.get("digest"):
@@ -289,7 +320,7 @@ def load_corpus(cache_dir: str | None = None) -> Corpus:
   cached = _read_cache(path)
   if cached is not None:
     return cached
-  corpus = build_corpus()
+  corpus = build_corpus_isolated()
   data = {"version": corpus.version, "digest": corpus.digest,
           "pages": [dataclasses.asdict(p) for p in corpus.pages]}
   try:

@@ -14,9 +14,18 @@ ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.a
 
 
 def test_build_is_deterministic_within_and_across_processes(corpus):
-  again = corpus_lib.build_corpus()
+  again = corpus_lib.build_corpus_isolated()
   assert again.digest == corpus.digest == corpus_lib.page_digest(corpus.pages)
   assert again.pages == corpus.pages
+  # What this process imported does not matter: a library that patches the standard library
+  # (here inspect.getfile, as one of the test suite's libraries does) changes nothing.
+  import inspect
+  original = inspect.getfile
+  try:
+    inspect.getfile = lambda obj: original(obj)
+    assert corpus_lib.build_corpus_isolated().digest == corpus.digest
+  finally:
+    inspect.getfile = original
   # Another process with another hash seed (set/dict order of strings differs) builds the same.
   code = "from arenarl_jax.envs.research import corpus as c; print(c.build_corpus().digest)"
   env = {**os.environ, "PYTHONHASHSEED": "12345", "PYTHONPATH": ROOT}

@@ -1,19 +1,18 @@
-"""One token per row through the transformer with feature-major activations [D, N] (decode).
+"""One token per row through the transformer with feature-major activations [D, N]: the
+``cpu_kernel`` choice's decode step (the sampler uses it when the model's attention resolves to
+``cpu_kernel``).
 
-Why: at decode each weight matmul has only N rows (32 in the sampler benchmark). XLA:CPU's
-matmul library packs the right-hand operand on every call, so the usual ``x[N, D] @ W[D, E]``
-repacks the whole weight matrix at every step, and that packing costs as much as the
-arithmetic. Written as ``Wt[E, D] @ x[D, N]`` the weights are the left operand, read as stored,
-and only the small activations are packed: the 30 layers' matmuls plus the head of SmolLM2-135M
-at N = 32 measured 102.9 -> 63.7 ms on the 2-core development CPU (benchmarks/README.md).
+Why: at decode each weight matmul has only N rows. XLA:CPU's matmul library packs the right-hand
+operand on every call, so the usual ``x[N, D] @ W[D, E]`` repacks the whole weight matrix at every
+step, and that packing costs as much as the arithmetic. Written as ``Wt[E, D] @ x[D, N]`` the
+weights are the left operand, read as stored, and only the small activations are packed.
 
 ``transposed_kernels`` makes the [out, in] copies (one weight-sized buffer; the Sampler makes
 them once per set of weights). Activations stay [D, N] through norms, projections, the MLP and
-the head; only the heads' small [N, ...] views go through ``Attention.heads`` (q/k norm, RoPE)
-and the attention: ``cache_attention.decode_mix`` (a compiled CPU kernel that reads only the rows'
-visible slots) where ``cache_attention.available()``, else the model's own ``Attention.mix``.
-The result equals ``model(tokens_N1, positions_N1, cache=cache)`` up to float rounding (tests
-check it).
+the head, using the model's own sub-layers (``RMSNorm(axis=0)``, ``Attention.heads`` for q/k
+norm and RoPE); the attention is the model's chosen implementation (``CpuAttention``: the kernel,
+which writes the token in place). The result equals ``model(tokens_N1, positions_N1,
+cache=cache)`` up to float rounding (tests check it).
 """
 from __future__ import annotations
 
@@ -21,7 +20,8 @@ import jax
 import jax.numpy as jnp
 from jax.sharding import Mesh
 
-from arenarl_jax.models import cache_attention
+from arenarl_jax.models import attention_choice
+from arenarl_jax.models.cpu.attention import CpuAttention
 from arenarl_jax.models.kv_cache import KVCache
 from arenarl_jax.models.rope import rope_tables
 from arenarl_jax.models.transformer import Transformer
@@ -38,10 +38,11 @@ def supports(model) -> bool:
 
 def transposed_kernels(model) -> tuple[tuple[tuple[jax.Array, ...], ...], jax.Array]:
   """(per layer the q, k, v, o, gate, up, down kernels as [out, in], the head as [V, D])."""
-  layers = tuple(tuple(getattr(getattr(layer, part), name).kernel[...].T
+  dt = model.cfg.act_dtype
+  layers = tuple(tuple(getattr(getattr(layer, part), name).kernel[...].T.astype(dt)
                        for part, name in _LAYER_KERNELS) for layer in model.layers)
   head = model.embed[...] if model.lm_head is None else model.lm_head.kernel[...].T
-  return layers, head
+  return layers, head.astype(dt)
 
 
 def _matmul(w_ED, x_DN, dtype=None):
@@ -54,7 +55,7 @@ def _matmul(w_ED, x_DN, dtype=None):
 def _linear(linear, w_ED, x_DN):
   """A Linear layer on feature-major activations: [E, N] (its bias, if any, added per row)."""
   y_EN = _matmul(w_ED, x_DN)
-  return y_EN + linear.bias[...][:, None] if linear.bias is not None else y_EN
+  return y_EN + linear.bias[...][:, None].astype(y_EN.dtype) if linear.bias is not None else y_EN
 
 
 def _rows(y_EN):
@@ -62,14 +63,13 @@ def _rows(y_EN):
   return y_EN.T[:, None]
 
 
-def hidden(model, kernels, tokens_N, positions_N, cache: KVCache, *, mesh: Mesh | None = None,
-           kernel: bool | None = None):
+def hidden(model, kernels, tokens_N, positions_N, cache: KVCache, *, mesh: Mesh | None = None):
   """(final-norm hidden states [D, N], cache) for one token per row at its position.
 
-  ``kernel``: attend with ``cache_attention`` (True) or ``Attention.mix`` (False); None: the
-  kernel where it is available. ``mesh``: the kernel splits the rows over its 'data' axis."""
-  if kernel is None:
-    kernel = cache_attention.available(cache.v[0].dtype)
+  ``mesh``: the CPU kernel splits the rows over its 'data' axis."""
+  impl = attention_choice.resolve(model.attention)
+  extra = {"mesh": mesh} if isinstance(impl, CpuAttention) else {}
+  cfg = model.cfg
   layers_t, _ = kernels
   n = tokens_N.shape[0]
   positions_N1 = positions_N[:, None]
@@ -82,12 +82,9 @@ def hidden(model, kernels, tokens_N, positions_N, cache: KVCache, *, mesh: Mesh 
     h_DN = layer.attn_norm(x_DN, axis=0)
     q, k, v = attn.heads(_rows(_linear(attn.q, wq, h_DN)), _rows(_linear(attn.k, wk, h_DN)),
                          _rows(_linear(attn.v, wv, h_DN)), cos, sin)
-    layer_cache = cache.layer(i, start_N)
-    if kernel:
-      out_N1KRF, (k_NKFS, v_NKSF) = cache_attention.decode_mix(attn, q, k, v, positions_N1,
-                                                         layer_cache, mesh=mesh)
-    else:
-      out_N1KRF, (k_NKFS, v_NKSF) = attn.mix(q, k, v, positions_N1, cache_kv=layer_cache)
+    q_N1KRF = q.reshape(n, 1, cfg.n_kv_heads, cfg.n_heads // cfg.n_kv_heads, cfg.head_dim)
+    out_N1KRF, (k_NKFS, v_NKSF) = impl.cache(q_N1KRF, k, v, positions_N1,
+                                             cache.layer(i, start_N), **extra)
     new_k.append(k_NKFS)
     new_v.append(v_NKSF)
     x_DN = x_DN + _linear(attn.o, wo, out_N1KRF.reshape(n, -1).T)
@@ -102,7 +99,7 @@ def head(kernels, h_DN):
   return _matmul(kernels[1], h_DN, jnp.float32)
 
 
-def step(model, kernels, tokens_N, positions_N, cache: KVCache, *, kernel: bool | None = None):
+def step(model, kernels, tokens_N, positions_N, cache: KVCache):
   """(logits [N, V] float32, cache) for one token per row at its position (see module doc)."""
-  h_DN, cache = hidden(model, kernels, tokens_N, positions_N, cache, kernel=kernel)
+  h_DN, cache = hidden(model, kernels, tokens_N, positions_N, cache)
   return head(kernels, h_DN).T, cache

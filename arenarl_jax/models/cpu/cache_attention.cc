@@ -1,8 +1,8 @@
-// Attention against the KV cache on CPU as an XLA FFI custom call (models/cache_attention.py
-// builds, loads and calls it), for one query token per row (decode) or a chunk of T tokens per row
-// (prefill, extend, the judge's text). Token t of row n attends to the first count[n, t] slots of
-// the row's own key/value buffers and the first prefix_len[b] slots of its prompt's shared prefix,
-// with one softmax over both parts. Decode first writes each row's new key and value into its
+// Attention against the KV cache on CPU as an XLA FFI custom call (models/cpu/build.py builds and
+// loads it, models/cpu/kernel.py calls it), for one query token per row (decode) or a chunk of T
+// tokens per row (prefill, extend, the judge's text). Token t of row n attends to the first
+// count[n, t] slots of the row's own key/value buffers and the first prefix_len[b] slots of its
+// prompt's shared prefix, with one softmax over both parts. Decode first writes each row's new key and value into its
 // buffers at slot[n] (dropped when outside [0, S)): the buffers are aliased from input to output,
 // so the cache is updated in place without XLA's scatter (chunks are written by the caller).
 //

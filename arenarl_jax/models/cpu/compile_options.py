@@ -1,12 +1,11 @@
-"""Per-backend XLA compiler options for the hot jitted programs: ``program`` replaces ``jax.jit``.
+"""XLA:CPU compiler options for the hot jitted programs: ``program`` replaces ``jax.jit``.
 
 Why: on CPU, XLA hands matrix products to the YNNPACK library and by default also fuses the
 surrounding reductions and element-wise ops into the same library call (e.g. softmax max, exp, sum
 and the value product of attention become one YNNPACK graph). Those fused graphs run
-single-threaded and slowly: in the local judge's prefill one such fusion took ~25% of the time.
-Sending only individual dots to the library and leaving the rest to XLA's own emitters measured
-+9% decode tokens/s and +17% judge matches/s on the 2-core development CPU (interleaved A/B runs
-in one process; see benchmarks/README.md). Other backends compile with their defaults.
+single-threaded and slowly; sending only individual dots to the library and leaving the rest to
+XLA's own emitters makes decode and the local judge faster (benchmarks/README.md). Other backends
+compile with their defaults.
 
 The backend is looked up at call time, so importing never initialises one (multi-host runs must
 call ``jax.distributed.initialize`` first). A user's own ``XLA_FLAGS`` setting of the option wins,
@@ -29,12 +28,6 @@ def _use_cpu_options() -> bool:
   if not _state["cpu_options_ok"] or jax.default_backend() != "cpu":
     return False
   return not any(name in os.environ.get("XLA_FLAGS", "") for name in CPU_OPTIONS)
-
-
-def feature_major_decode() -> bool:
-  """Whether decode runs one token per row with the weights as the left matmul operand
-  (``models.token_step``): on CPU, where the matmul library repacks its right operand per call."""
-  return jax.default_backend() == "cpu"
 
 
 def program(fn=None, **jit_kwargs):

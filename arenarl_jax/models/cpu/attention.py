@@ -1,0 +1,29 @@
+"""The ``cpu_kernel`` attention choice: attention against the cache on the compiled kernel
+(``kernel.py``), the reference attention for everything the kernel does not cover (full
+sequences without a cache; caches that are not float32; no compiler), and the feature-major
+decode step (``decode.py``) for the sampler."""
+from __future__ import annotations
+
+from arenarl_jax.models.attention import ReferenceAttention, branch_counts
+from arenarl_jax.models.cpu import kernel
+from arenarl_jax.models.kv_cache import LayerCache
+
+
+class CpuAttention(ReferenceAttention):
+  """The kernel for cache chunks (decode writes in place) and tree branches."""
+
+  name = "cpu_kernel"
+  feature_major_decode = True
+
+  def cache(self, q_NTKRF, k_NTKF, v_NTKF, positions_NT, layer: LayerCache, *, mesh=None):
+    if not kernel.available(layer.v.dtype):
+      return super().cache(q_NTKRF, k_NTKF, v_NTKF, positions_NT, layer)
+    if q_NTKRF.shape[1] == 1:
+      return kernel.decode(q_NTKRF, k_NTKF, v_NTKF, positions_NT, layer, mesh=mesh)
+    return kernel.chunk(q_NTKRF, k_NTKF, v_NTKF, positions_NT, layer)
+
+  def branch(self, q_NTKRF, k_NTKF, v_NTKF, layer: LayerCache, lengths_N, sees_TT):
+    if not kernel.available(layer.v.dtype):
+      return super().branch(q_NTKRF, k_NTKF, v_NTKF, layer, lengths_N, sees_TT)
+    count_NT = branch_counts(layer, lengths_N, q_NTKRF.shape[1])
+    return kernel.branch(q_NTKRF, k_NTKF, v_NTKF, layer, count_NT, sees_TT)

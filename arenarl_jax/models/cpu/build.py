@@ -1,0 +1,143 @@
+"""Builds, verifies and registers the CPU attention kernel (``cache_attention.cc``, XLA FFI).
+
+The kernel is compiled on first use with the system C++ compiler (``$CXX``, default g++) and
+jaxlib's FFI headers, and cached on disk by a hash of (source, compiler, flags, jax version) in
+``$ARENARL_KERNEL_CACHE`` (default ``~/.cache/arenarl_jax/kernels``). A shared library is code
+this process runs, so a cached one is loaded only when
+- its directory is owned by the current user and not writable by group or others (it is created
+  0700), and the library file likewise, and
+- its SHA-256 equals the one recorded next to it when it was built.
+Otherwise it is rebuilt: in place when only the file fails its check, in a fresh private
+temporary directory when the cache directory itself is not safe (with a warning).
+
+``registered()`` is False where the kernel cannot be used (not CPU, no compiler, a build error:
+logged once); the model then uses the reference attention. With ``ARENARL_REQUIRE_KERNEL=1``
+(CI sets it where a compiler exists) a failed build raises instead, so the kernel's tests fail
+rather than skip.
+"""
+from __future__ import annotations
+
+import ctypes
+import functools
+import hashlib
+import logging
+import os
+import pathlib
+import platform
+import stat
+import subprocess
+import tempfile
+
+import jax
+
+SOURCE = pathlib.Path(__file__).resolve().parent / "cache_attention.cc"
+TARGET = "arenarl_cache_attention"
+_SYMBOL = "ArenaCacheAttention"
+CACHE_ENV = "ARENARL_KERNEL_CACHE"
+REQUIRE_ENV = "ARENARL_REQUIRE_KERNEL"
+
+
+def _flags() -> list[str]:
+  # -ffast-math lets the softmax's exp loop use glibc's vector expf.
+  flags = ["-O3", "-ffast-math", "-fPIC", "-shared", "-std=c++17", "-w"]
+  if platform.machine() in ("x86_64", "AMD64"):
+    # Not -march=native: some virtual machines report instructions they cannot run.
+    try:
+      cpu = pathlib.Path("/proc/cpuinfo").read_text().split()
+    except OSError:
+      cpu = []
+    flags += [f"-m{x}" for x in ("avx2", "fma") if x in cpu]
+  return flags
+
+
+def cache_dir() -> pathlib.Path:
+  root = os.environ.get(CACHE_ENV) or os.path.join(
+      os.environ.get("XDG_CACHE_HOME", os.path.expanduser("~/.cache")), "arenarl_jax", "kernels")
+  return pathlib.Path(root)
+
+
+def is_private(path: pathlib.Path) -> bool:
+  """Owned by this user and not writable by group or others (so nobody else can swap it)."""
+  try:
+    st = os.stat(path)
+  except OSError:
+    return False
+  return st.st_uid == os.getuid() and not st.st_mode & (stat.S_IWGRP | stat.S_IWOTH)
+
+
+def _sha256(path: pathlib.Path) -> str:
+  return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def _verified(lib: pathlib.Path) -> bool:
+  """The cached library passes the ownership, permission and recorded-hash checks."""
+  digest = lib.with_suffix(".sha256")
+  if not (lib.exists() and digest.exists() and is_private(lib) and is_private(digest)):
+    return False
+  return digest.read_text().strip() == _sha256(lib)
+
+
+def _private_dir(folder: pathlib.Path) -> pathlib.Path:
+  """``folder`` (created 0700 when missing) if it is safe, else a fresh private temp dir."""
+  folder.parent.mkdir(parents=True, exist_ok=True)
+  try:
+    folder.mkdir(mode=0o700)
+  except FileExistsError:
+    pass
+  if is_private(folder):
+    return folder
+  logging.warning("kernel cache %s is not private to this user (owner or permissions); "
+                  "building in a temporary directory instead", folder)
+  return pathlib.Path(tempfile.mkdtemp(prefix="arenarl_kernels_"))
+
+
+def build() -> pathlib.Path:
+  """The compiled kernel library: a verified cached build of this version, else compiled now."""
+  flags = _flags()
+  compiler = os.environ.get("CXX", "g++")
+  source = SOURCE.read_bytes()
+  tag = hashlib.sha256(source + " ".join([compiler, *flags, jax.__version__]).encode()).hexdigest()
+  folder = _private_dir(cache_dir())
+  out = folder / f"cache_attention-{tag[:16]}.so"
+  if _verified(out):
+    return out
+  # Compile to a private name, then rename: concurrent processes never load a partial file.
+  fd, tmp = tempfile.mkstemp(suffix=".so", dir=folder)
+  os.close(fd)
+  try:
+    cmd = [compiler, *flags, f"-I{jax.ffi.include_dir()}", str(SOURCE), "-o", tmp]
+    done = subprocess.run(cmd, capture_output=True, text=True, check=False)
+    if done.returncode:
+      raise RuntimeError(f"compiling {SOURCE} failed ({' '.join(cmd)}):\n{done.stderr[-2000:]}")
+    os.chmod(tmp, 0o700)
+    digest = _sha256(pathlib.Path(tmp))
+    fd, tmp_digest = tempfile.mkstemp(suffix=".sha256", dir=folder)
+    with os.fdopen(fd, "w") as f:
+      f.write(digest + "\n")
+    os.replace(tmp_digest, out.with_suffix(".sha256"))
+    os.replace(tmp, out)
+  finally:
+    if os.path.exists(tmp):
+      os.unlink(tmp)
+  return out
+
+
+def required() -> bool:
+  return os.environ.get(REQUIRE_ENV, "0") not in ("", "0")
+
+
+@functools.cache
+def registered() -> bool:
+  """Whether the kernel is built, loaded and registered with XLA (CPU backend only)."""
+  if jax.default_backend() != "cpu":
+    return False
+  try:
+    lib = ctypes.cdll.LoadLibrary(str(build()))
+    jax.ffi.register_ffi_target(TARGET, jax.ffi.pycapsule(getattr(lib, _SYMBOL)), platform="cpu")
+    return True
+  except Exception as err:  # pylint: disable=broad-except
+    if required():
+      raise RuntimeError(f"{REQUIRE_ENV} is set but the CPU attention kernel could not be "
+                         f"built: {err}") from err
+    logging.warning("CPU attention kernel unavailable, using the reference attention: %s", err)
+    return False

@@ -1,0 +1,50 @@
+"""benchmarks/accelerator.py --dry_run end to end on the CPU backend (tiny sizes): the pytest
+step, the ceiling and every model's forward and sampler fractions in one RESULT line."""
+from __future__ import annotations
+
+import os
+import sys
+
+import pytest
+
+BENCH = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(__file__))), "benchmarks")
+
+
+def test_dry_run_end_to_end(capsys, monkeypatch):
+  monkeypatch.delenv("JAX_PLATFORMS", raising=False)  # the dry run sets it; restored after
+  sys.path.insert(0, BENCH)
+  try:
+    import accelerator  # pylint: disable=g-import-not-at-top
+    # The train step's dry run (benchmarks/accelerator.py --dry_run --train=on) is left out of
+    # the suite for time; the test budget covers the tests, forward and sampler.
+    result = accelerator.main(["--dry_run", "--train=off"])
+  finally:
+    sys.path.remove(BENCH)
+  out = capsys.readouterr().out
+  lines = out.strip().splitlines()
+  assert lines[-1].startswith("RESULT ")
+  keys = dict(part.split("=", 1) for part in lines[-1].split()[1:])
+  assert keys["backend"] == "cpu" and keys["dry_run"] == "1"
+  assert result["tests_passed"] == 1 and result["tests_failed"] == 0, out
+  for prefix in ("smollm2", "qwen3_06b"):
+    for part in ("forward", "sampler"):
+      frac = float(keys[f"{prefix}_{part}_frac"])
+      assert 0 < frac < 10, (prefix, part, frac)  # a number, of a sane order
+      assert float(keys[f"{prefix}_{part}_tok_s"]) > 0
+  assert float(keys["ceiling_tflops"]) > 0
+
+
+def test_flop_counts_by_hand():
+  sys.path.insert(0, BENCH)
+  try:
+    import accelerator_measure as measure  # pylint: disable=g-import-not-at-top
+  finally:
+    sys.path.remove(BENCH)
+  from arenarl_jax.models.config import PRESETS
+  cfg = PRESETS["qwen3_0_6b"]
+  # Qwen3-0.6B: 28 x (1024*128*(2*16 + 2*8) + 3*1024*3072) + 151936*1024 weights in matmuls.
+  assert measure.matmul_params(cfg) == 28 * (1024 * 128 * 48 + 3 * 1024 * 3072) + 151936 * 1024
+  # Plus norms (2 per layer + final, 2 qk-norms per layer) the tied model has 596M parameters.
+  assert cfg.num_params() == measure.matmul_params(cfg) + 28 * (2 * 1024 + 2 * 128) + 1024
+  one = measure.forward_flops(cfg, 1, 1)
+  assert one == 2 * measure.matmul_params(cfg) + 4 * 28 * 16 * 128

@@ -1,0 +1,30 @@
+"""Evaluation win rate: failed matches are left out and counted, never ties."""
+import math
+
+import pytest
+
+from arenarl_jax.types import MatchResult
+from arenarl_jax.win_rate import win_rate
+
+
+def test_failed_matches_are_left_out_and_counted():
+  results = [MatchResult(14, 6, requests=2), MatchResult(10, 10, requests=2),
+             MatchResult(3, 17, requests=2), MatchResult(0, 0, ok=False, error="x", requests=2),
+             MatchResult(12, 8, requests=2)]
+  w = win_rate(results)
+  assert (w.wins, w.ties, w.losses, w.failed, w.judged) == (2, 1, 1, 1, 4)
+  assert w.rate == pytest.approx(2.5 / 4)  # a tie would have made it 3 / 5
+  assert w.failure_rate == pytest.approx(0.2)
+  q = win_rate(results, side="q")
+  assert (q.wins, q.losses, q.failed) == (1, 2, 1) and q.rate == pytest.approx(1.5 / 4)
+
+
+def test_a_policy_that_breaks_the_judge_when_losing_gains_nothing_over_a_loss():
+  honest = win_rate([MatchResult(12, 8, requests=2), MatchResult(5, 15, requests=2)])
+  broken = win_rate([MatchResult(12, 8, requests=2),
+                     MatchResult(0, 0, ok=False, error="unparseable", requests=2)])
+  assert honest.rate == 0.5 and broken.rate == 1.0 and broken.failed == 1  # visible, counted
+  # Left out, a failure neither scores as a tie nor hides: the count goes in the report.
+  assert math.isnan(win_rate([MatchResult(0, 0, ok=False)]).rate)
+  with pytest.raises(ValueError, match="side"):
+    win_rate([], side="a")
