@@ -186,7 +186,7 @@ PRESETS: dict[str, ModelConfig] = {
     # From-scratch models (model.init.preset); vocab_size is replaced by the tokenizer's.
     # quickstart: 2 layers x 128 wide (~0.9M parameters with a 4,096-token BPE). A travel
     # conversation is ~1,850 tokens, so attention and the update dominate a CPU step: this size
-    # keeps an 4 x 1,856-token SFT step at a few seconds on 2 cores; 2 layers is the least that
+    # keeps a 4 x 1,856-token SFT step at a few seconds on 2 cores; 2 layers is the least that
     # can copy names and numbers from the query and tool results into calls (induction heads).
     "quickstart": ModelConfig(
         vocab_size=4096, d_model=128, n_layers=2, n_heads=4, n_kv_heads=2, head_dim=32,
