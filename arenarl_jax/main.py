@@ -1,12 +1,17 @@
 """CLI: python -m arenarl_jax.main --config=configs/<file>.py[:arg] --workdir=DIR [--mode=...].
 
-Modes: ``pipeline`` (default) runs every stage that exists, in order. Today that is the embedded
-end-to-end demo (arenarl_jax/demo.py: load SmolLM2, sample a group of tool-using answers per prompt,
-parse them, rank each group with a tournament, print advantages). ``train`` runs the RL loop
-(arenarl_jax/train.py) with the rollout named by ``rl.rollout`` (today only ``fake``: random
-sequences, for checking updates, checkpoints and multi-host runs); the same command runs on every
-host of a pod. The sft and eval stages are the next issues; asking for them now fails with a clear
-message instead of pretending.
+Modes (the same command runs on every host of a pod):
+  pipeline (default)  SFT (when ``sft.steps`` > 0) -> RL -> evaluation (``train.pipeline``); with
+                      ``rl.rollout=fake`` or no ``model.init.preset`` and no SFT configured, the
+                      embedded demo (``demo.py``) as before.
+  sft                 the SFT stage alone (``sft.py``); its checkpoint is what the others reuse.
+  train               the RL loop from the SFT checkpoint (``rl.rollout=agent``) or the fake
+                      rollout (``rl.rollout=fake``: updates, checkpoints and pods without a model).
+  eval                the evaluation of the newest RL checkpoint in the workdir against the
+                      references and the SFT policy (reproduces the pipeline's final evaluation).
+  export              the newest RL (else SFT) policy as an HF safetensors directory with the
+                      run's tokenizer, in <workdir>/export.
+Every stage resumes from what ``--workdir`` already holds.
 """
 from __future__ import annotations
 
@@ -19,11 +24,10 @@ from ml_collections import config_flags
 _CONFIG = config_flags.DEFINE_config_file("config", None, "Config file (configs/*.py[:arg]).",
                                           lock_config=True)
 _WORKDIR = flags.DEFINE_string("workdir", None, "Where outputs (logs, metrics, results) go.")
-_MODE = flags.DEFINE_enum("mode", "pipeline", ["pipeline", "sft", "train", "eval"], "What to run.")
+_MODE = flags.DEFINE_enum("mode", "pipeline", ["pipeline", "sft", "train", "eval", "export"],
+                          "What to run.")
+_STAGES = {"pipeline": ("sft", "rl", "eval"), "sft": ("sft",), "eval": ("eval",)}
 flags.mark_flags_as_required(["config", "workdir"])
-
-_NOT_BUILT = ("mode {mode!r} is not built yet: the SFT/RL/eval stages arrive with the training "
-              "issue; `--mode=pipeline` runs everything that exists today")
 
 
 def main(argv):
@@ -35,14 +39,20 @@ def main(argv):
   os.makedirs(workdir, exist_ok=True)
   with open(os.path.join(workdir, "config.json"), "w") as f:
     f.write(config.to_json_best_effort(indent=2))
+  from arenarl_jax import train  # heavy imports (jax, model) only once flags are valid
   if mode == "train":
-    from arenarl_jax import train  # pylint: disable=import-outside-toplevel
     train.main(config, workdir)
     return
+  if mode == "export":
+    train.export(config, workdir)
+    return
+  if config.rl.rollout == "agent" or config.sft.steps > 0:
+    train.pipeline(config, workdir, stages=_STAGES[mode])
+    return
   if mode != "pipeline":
-    sys.exit(_NOT_BUILT.format(mode=mode))
-  from arenarl_jax import demo  # heavy imports (jax, model) only once flags are valid
-  logging.info("running the pipeline in %s", workdir)
+    sys.exit(f"--mode={mode} needs the agent pipeline: set rl.rollout=agent (and sft.steps)")
+  from arenarl_jax import demo  # pylint: disable=import-outside-toplevel
+  logging.info("running the demo in %s", workdir)
   demo.run(config, workdir)
 
 

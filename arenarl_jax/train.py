@@ -102,10 +102,11 @@ def _combine_updates(per_update: list[dict]) -> dict[str, float]:
   return out
 
 
-def run(config: ml_collections.ConfigDict, workdir: str, rollout, *, model=None):
+def run(config: ml_collections.ConfigDict, workdir: str, rollout, *, model=None, on_step=None):
   """Runs ``config.rl.steps`` RL steps (resuming from ``workdir/checkpoints``); returns the state.
 
   ``model`` is the initial policy (an nnx Transformer; also the frozen KL reference).
+  ``on_step(step, state, writer)`` runs after each step's metrics and checkpoint (evaluation).
   """
   mesh = sharding.make_mesh(**config.mesh)
   graphdef, params = nnx.split(model)
@@ -182,6 +183,8 @@ def run(config: ml_collections.ConfigDict, workdir: str, rollout, *, model=None)
       bar.update(1)
       if checkpointer.due(step) or step == rl.steps or stop["sigterm"]:
         checkpointer.save(step, state, loop_state(step))
+      if on_step is not None:
+        on_step(step, state, writer)
   finally:
     signal.signal(signal.SIGTERM, previous)
     bar.close()
@@ -198,11 +201,16 @@ def make_fake_rollout(config: ml_collections.ConfigDict, vocab_size: int):
                      temperature=config.sampling.temperature, seed=config.seed)
 
 
-ROLLOUTS = {"fake": make_fake_rollout}  # rl.rollout -> factory(config, vocab_size)
+# rl.rollout -> factory(config, vocab_size); "agent" (the real one, rl_rollout.py) is built by
+# ``pipeline`` from the environment, the policy and the judge.
+ROLLOUTS = {"fake": make_fake_rollout}
 
 
 def main(config: ml_collections.ConfigDict, workdir: str):
   """``--mode=train``: joins the hosts, loads the policy, runs the loop with ``rl.rollout``."""
+  if config.rl.rollout == "agent":
+    pipeline(config, workdir, stages=("rl",))
+    return
   initialize_distributed(config.distributed)
   from arenarl_jax.models.loading import load_model  # pylint: disable=import-outside-toplevel
   if config.rl.rollout not in ROLLOUTS:
@@ -215,3 +223,154 @@ def main(config: ml_collections.ConfigDict, workdir: str):
   state = run(config, workdir, rollout, model=model)
   if jax.process_index() == 0:
     print(f"RESULT stage=train steps={int(config.rl.steps)} optimizer_steps={int(state.step)}")
+
+
+# ------------------------------------------------------------------------------ the pipeline
+STAGES = ("sft", "rl", "eval")
+
+
+def _with_params(model, params):
+  """``model`` (nnx) with its weights replaced by ``params`` (a pure dict; arrays kept as is)."""
+  graphdef, state = nnx.split(model)
+  nnx.replace_by_pure_dict(state, params)
+  return nnx.merge(graphdef, state)
+
+
+def _rl_params(config, workdir: str, model):
+  """The newest RL checkpoint's parameters (pure dict), or None when there is none."""
+  checkpointer = ckpt_lib.Checkpointer(os.path.join(workdir, "checkpoints"),
+                                       every=config.checkpoint.every, keep=config.checkpoint.keep)
+  try:
+    latest = checkpointer.latest_step()
+    if latest is None:
+      return None, 0
+    mesh = sharding.make_mesh(**config.mesh)
+    graphdef, params = nnx.split(model)
+    params = nnx.to_pure_dict(params)
+    trainer = make_trainer(config, graphdef, params, mesh)
+    state, loop = checkpointer.restore(latest, trainer.init_state(params))
+    return state.params, int(loop["step"])
+  finally:
+    checkpointer.close()
+
+
+def make_training_judge(config, env):
+  """``judge.*``'s judge; the rubric backend reads the environment's checker."""
+  from arenarl_jax.judges import make_judge  # pylint: disable=import-outside-toplevel
+  extra = {"checker": env.checker} if config.judge.backend == "rubric" else {}
+  return make_judge(config.judge, **extra)
+
+
+def pipeline(config: ml_collections.ConfigDict, workdir: str,
+             stages: tuple[str, ...] = STAGES):
+  """SFT (when ``sft.steps`` > 0) -> RL with the agent rollout -> evaluation, each resumable.
+
+  ``stages`` picks what runs (``--mode=sft|train|eval`` run one): a stage that is not run reads
+  its result from ``workdir`` (the SFT checkpoint, the newest RL checkpoint). Evaluations (the
+  noise-free checker, ``evaluator.py``) run at RL step 0, every ``eval.every_steps`` and at the
+  end; the final one is printed as a table and a ``RESULT`` line and returned.
+  """
+  from arenarl_jax import evaluator as eval_lib  # pylint: disable=import-outside-toplevel
+  from arenarl_jax import policy as policy_lib  # pylint: disable=import-outside-toplevel
+  from arenarl_jax import rl_rollout, sft  # pylint: disable=import-outside-toplevel
+  from arenarl_jax.data import builder  # pylint: disable=import-outside-toplevel
+  from arenarl_jax.envs import base  # pylint: disable=import-outside-toplevel
+  unknown = set(stages) - set(STAGES)
+  if unknown:
+    raise ValueError(f"pipeline: unknown stage(s) {sorted(unknown)}; known: {STAGES}")
+  initialize_distributed(config.distributed)
+  main_process = jax.process_index() == 0
+  env = base.make_environment_from_config(config.env)
+  data_path = sft.dataset_path(config)
+  policy = policy_lib.make_policy(config, workdir, env)
+  times = {}
+
+  t0 = time.perf_counter()
+  if config.sft.steps > 0:
+    if "sft" in stages:
+      sft_params, last = sft.run(config, workdir, policy, env, data_path=data_path)
+      if main_process and last:
+        print(f"sft: {int(config.sft.steps)} steps, final loss {last['loss']:.4f}")
+    else:
+      sft_params = sft.restore_params(config, workdir, policy)
+    policy.model = _with_params(policy.model, sft_params)
+  times["sft_s"] = time.perf_counter() - t0
+  if stages == ("sft",):
+    if main_process:
+      print(f"RESULT stage=sft steps={int(config.sft.steps)}")
+    return None
+  start_params = nnx.to_pure_dict(nnx.split(policy.model)[1])
+
+  evaluator = eval_lib.Evaluator(config, env, policy, workdir) if "eval" in stages else None
+  sft_rows = None
+  if evaluator is not None:
+    t0 = time.perf_counter()
+    sft_rows = evaluator.rollouts(start_params)
+    if not (config.checkpoint.resume and _has_rl_checkpoint(workdir)):
+      report = evaluator.evaluate(start_params, 0, trajectories=sft_rows)
+      if main_process:
+        print(f"evaluation at step 0 (the starting policy):\n{report.table()}")
+    times["eval_start_s"] = time.perf_counter() - t0
+
+  if "rl" in stages and config.rl.steps > 0:
+    t0 = time.perf_counter()
+    tasks = rl_rollout.tasks_from_records(builder.data_source(data_path, "train"))
+    truth = eval_lib.checker_judge(env) if config.judge.backend == "rubric" else None
+    rollout = rl_rollout.AgentRollout(config, env, policy, tasks,
+                                      make_training_judge(config, env), truth=truth)
+
+    def on_step(step, state, writer):
+      every = int(config.eval.every_steps)
+      if evaluator is not None and every and step % every == 0 and step < config.rl.steps:
+        rep = evaluator.evaluate(state.params, step, second=sft_rows)
+        writer.write(step, rep.scalars())
+
+    state = run(config, workdir, rollout, model=policy.model, on_step=on_step)
+    final_params, final_step = state.params, int(config.rl.steps)
+    times["rl_s"] = time.perf_counter() - t0
+  else:
+    final_params, final_step = _rl_params(config, workdir, policy.model)
+    if final_params is None:
+      final_params, final_step = start_params, 0
+  if evaluator is None:
+    if main_process:
+      print(f"RESULT stage=train steps={final_step}")
+    return None
+  t0 = time.perf_counter()
+  report = evaluator.evaluate(final_params, final_step, second=sft_rows)
+  times["eval_final_s"] = time.perf_counter() - t0
+  if main_process:
+    print(f"\nfinal evaluation at RL step {final_step} (noise-free checker, "
+          f"{len(evaluator.tasks)} test tasks):\n{report.table()}")
+    print("time: " + " ".join(f"{k}={v:.1f}" for k, v in times.items()))
+    from arenarl_jax import curves  # pylint: disable=import-outside-toplevel
+    curves.plot(workdir)
+    print(eval_lib.result_line(report, config.eval.opponent or "sft"))
+  return report
+
+
+def export(config: ml_collections.ConfigDict, workdir: str, path: str = "") -> str:
+  """``--mode=export``: the newest RL checkpoint's policy (else the SFT one) as an HF safetensors
+  directory with the run's tokenizer (default ``<workdir>/export``); returns the directory."""
+  from arenarl_jax import policy as policy_lib  # pylint: disable=import-outside-toplevel
+  from arenarl_jax import sft  # pylint: disable=import-outside-toplevel
+  from arenarl_jax.envs import base  # pylint: disable=import-outside-toplevel
+  from arenarl_jax.models.safetensors_io import export_hf_dir  # pylint: disable=import-outside-toplevel
+  env = base.make_environment_from_config(config.env)
+  policy = policy_lib.make_policy(config, workdir, env)
+  if config.sft.steps > 0:
+    policy.model = _with_params(policy.model, sft.restore_params(config, workdir, policy))
+  params, step = _rl_params(config, workdir, policy.model)
+  if params is not None:
+    policy.model = _with_params(policy.model, jax.device_get(params))
+  path = path or os.path.join(workdir, "export")
+  if jax.process_index() == 0:
+    export_hf_dir(policy.model, policy.cfg, path)
+    policy.tokenizer.save(path)
+    print(f"RESULT stage=export rl_step={step} path={path}")
+  return path
+
+
+def _has_rl_checkpoint(workdir: str) -> bool:
+  path = os.path.join(workdir, "checkpoints")
+  return os.path.isdir(path) and any(name.isdigit() for name in os.listdir(path))

@@ -31,6 +31,7 @@ from arenarl_jax.models.logprobs import token_logprobs
 BATCH_KEYS = ("tokens_NT", "loss_mask_NT", "advantages_N", "temperature_N", "sampler_logp_NT",
               "policy_step_N")
 ROW_AXES = ("data", "fsdp")  # the batch's rows are split over both
+OBJECTIVES = ("rl", "sft")  # the clipped policy loss | masked token cross-entropy (SFT)
 
 
 @flax.struct.dataclass
@@ -109,14 +110,22 @@ def batch_loss(params, ref_params, batch: Mapping[str, jax.Array], norm, *, grap
 def train_step(state: TrainState, ref_params, batch: Mapping[str, jax.Array], *, graphdef,
                loss_cfg: losses.LossConfig, optimizer: optax.GradientTransformation,
                accumulation_steps: int = 1, chunk: int = 64,
-               rows: NamedSharding | None = None) -> tuple[TrainState, dict]:
-  """One optimizer update on ``batch`` (see the module docstring); metrics are batch-wide."""
+               rows: NamedSharding | None = None,
+               objective: str = "rl") -> tuple[TrainState, dict]:
+  """One optimizer update on ``batch`` (see the module docstring); metrics are batch-wide.
+
+  ``objective="sft"`` replaces the policy loss by the masked mean token cross-entropy
+  (``losses.sft_loss``; the batch needs only tokens_NT, loss_mask_NT and temperature_N, and
+  ``ref_params`` is unused)."""
   mask_NT = batch["loss_mask_NT"].astype(jnp.float32)
   norm = losses.normalisers(mask_NT)  # over the whole minibatch: every micro-batch divides by it
 
   def part(params, mb):
     if rows is not None:
       mb = jax.lax.with_sharding_constraint(mb, rows)
+    if objective == "sft":
+      logp_NT, ent_NT = batch_logprobs(graphdef, params, mb, chunk=chunk, entropy=True)
+      return losses.sft_loss(logp_NT, mb["loss_mask_NT"], norm, ent_NT)
     return batch_loss(params, ref_params, mb, norm, graphdef=graphdef, loss_cfg=loss_cfg,
                       chunk=chunk)
 
@@ -152,7 +161,9 @@ class Trainer:
 
   def __init__(self, graphdef, params_shape, mesh: Mesh, loss_cfg: losses.LossConfig,
                optimizer: optax.GradientTransformation, *, accumulation_steps: int = 1,
-               chunk: int = 64):
+               chunk: int = 64, objective: str = "rl"):
+    if objective not in OBJECTIVES:
+      raise ValueError(f"Trainer: objective {objective!r} is not one of {OBJECTIVES}")
     self.graphdef, self.mesh, self.optimizer = graphdef, mesh, optimizer
     self.accumulation_steps = int(accumulation_steps)
     self.rows = NamedSharding(mesh, P(ROW_AXES))
@@ -163,9 +174,10 @@ class Trainer:
                                       opt_state=sharding.param_shardings(opt_shape, mesh))
     step = functools.partial(train_step, graphdef=graphdef, loss_cfg=loss_cfg,
                              optimizer=optimizer, accumulation_steps=self.accumulation_steps,
-                             chunk=chunk, rows=self.rows)
-    self.step = jax.jit(step, in_shardings=(self.state_shardings, self.param_shardings,
-                                            self.rows),
+                             chunk=chunk, rows=self.rows, objective=objective)
+    # SFT reads no reference: its step takes ref_params=None (no second copy of the weights).
+    ref_shardings = self.param_shardings if objective == "rl" else None
+    self.step = jax.jit(step, in_shardings=(self.state_shardings, ref_shardings, self.rows),
                         out_shardings=(self.state_shardings, sharding.replicated(mesh)),
                         donate_argnums=0)
     self.logprobs = jax.jit(functools.partial(batch_logprobs, graphdef, chunk=chunk),

@@ -1,29 +1,103 @@
-"""The README's main job: everything embedded (SmolLM2 from its wheel), a few minutes on 2 CPU cores.
+"""The README's main job: SFT -> ArenaRL -> evaluation of a small model trained from scratch.
 
   python -m arenarl_jax.main --config=configs/quickstart.py --workdir=runs/quickstart
 
+On the travel environment: a 2-layer Llama-family model (``model.init.preset=quickstart``) with a
+4,096-token BPE trained on the environment's text (``arenarl_jax/task_tokenizer.py`` says why),
+SFT on the expert's conversations, then ArenaRL (seeded single elimination, groups of 4 with a
+greedy anchor) trained against the rubric judge under a stated noise model (below), then the
+policy's greedy rollouts of 100 held-out test tasks (20 per subtask) judged by the NOISE-FREE
+checker against the references and against the SFT policy it started from. Prints the SFT
+loss, the results table of the starting policy (step 0) and of the final one (per subtask: valid
+rate, win rate vs reference and vs SFT with 95% bootstrap intervals over tasks, judged + failed
+matches), the time per stage, and ends with
+``RESULT win_rate_vs_sft=... ci_low=... ci_high=... win_rate_vs_reference=...``. Outputs in the
+workdir: tokenizer/, sft/ (curve, checkpoint), metrics.jsonl + tb/ (RL), checkpoints/, eval/
+(one jsonl of trajectories and match logs per evaluation, summary.jsonl), curves.png.
+
+Training judge noise model (``judge.noise``): every dimension score gets N(0, 1.0) per request,
+each pairwise request an extra N(0, 1.0) split between the two sides and a +0.5 position bias for
+Agent A; pointwise scores saturate above 8 (a judge that calls every good answer 8); scores are
+rounded to integers. The bidirectional pairwise play cancels the position bias; the rest is noise
+the tournament has to live with.
+
 Args (after a colon, comma-separated): method=arenarl|grpo|gspo, topology=<tournament topology>,
-group_size=<G>, runlocal (the smallest possible smoke run), e.g.
-  --config=configs/quickstart.py:topology=round_robin,group_size=4
+group_size=<G>, smoke (seconds: a tiny model and a handful of tasks, for the test suite),
+runlocal (the old name of smoke), e.g.
+  --config=configs/quickstart.py:smoke
 """
 from arenarl_jax import config_tree
 
-ARGS = {"method": "arenarl", "topology": "single_elimination", "group_size": 4, "runlocal": False}
+ARGS = {"method": "arenarl", "topology": "single_elimination", "group_size": 4,
+        "smoke": False, "runlocal": False}
 
 
 def get_config(arg=None):
   args = config_tree.parse_arg(arg, ARGS)
   c = config_tree.make_base_config()
   config_tree.apply_preset(c, args.method)
+  c.model.init.preset = "quickstart"
+  c.model.init.tokenizer = "task_bpe"
+  c.model.init.vocab_size = 4096
+  c.env.name = "travel"
+  c.env.schemas = "compact"  # names, argument names and types: ~600 fewer prompt tokens
+  c.judge.backend = "rubric"
+  c.judge.rubric = "travel"
+  c.judge.noise.pointwise_std = 1.0
+  c.judge.noise.pairwise_std = 1.0
+  c.judge.noise.position_bias = 0.5
+  c.judge.noise.saturation = 0.8
+  c.judge.noise.saturation_knee = 8.0
   c.tournament.topology = args.topology
+
+  c.data.sft_seq_len = 1856
+  c.data.sft_batch_size = 4
+  c.sft.steps = 240
+  c.sft.lr = 3e-3
+  c.sft.warmup_steps = 10
+  c.sft.log_every = 10
+
   c.sampling.group_size = args.group_size
-  c.sampling.max_new_tokens = 48
-  c.sampling.cache_len = 512
-  c.judge.backend = "rubric"  # programmatic rubric judge: no judge server needed
-  c.rl.prompts_per_step = 2
-  if args.runlocal:
+  c.sampling.temperature = 0.8
+  c.sampling.max_new_tokens = 192
+  c.sampling.max_turns = 2
+  c.sampling.cache_len = 3072
+  c.rl.rollout = "agent"
+  c.rl.prompts_per_step = 4
+  c.rl.steps = 8
+  c.rl.minibatches_per_rollout = 2
+  c.rl.bucket = 256
+  c.optim.lr = 5e-5
+  c.optim.weight_decay = 0.0
+  c.loss.kl_coef = 0.0
+  c.checkpoint.every = 4
+
+  c.eval.tasks_per_subtask = 20  # 5 subtasks x 20 = 100 held-out test tasks
+  c.eval.every_steps = 0
+  c.eval.group_size = 1
+  c.eval.greedy = True
+
+  if args.smoke or args.runlocal:
+    c.model.init.preset = "tiny"
+    c.model.init.vocab_size = 1024
+    c.model.init.corpus_tasks = 20
+    c.env.travel.train_per_subtask = 4
+    c.env.travel.test_per_subtask = 2
+    c.data.sft_seq_len = 1536
+    c.data.sft_batch_size = 8
+    c.sft.steps = 2
+    c.sft.warmup_steps = 0
+    c.sft.log_every = 1
     c.sampling.group_size = 2
-    c.sampling.max_new_tokens = 16
-    c.rl.prompts_per_step = 1
+    c.sampling.max_new_tokens = 8
+    c.sampling.max_turns = 1
+    c.sampling.cache_len = 2048
+    c.rl.prompts_per_step = 2
+    c.rl.steps = 2
+    c.rl.minibatches_per_rollout = 1
+    c.rl.bucket = 64
+    c.eval.tasks_per_subtask = 1
+    c.eval.bootstrap_samples = 100
+    c.metrics.progress = False
   c.lock()
   return c

@@ -35,6 +35,7 @@ def test_pipeline_runs_end_to_end(tiny_dir, tmp_path, capsys):
     config.model.source = tiny_dir
     config.sampling.max_new_tokens = 8
     config.sampling.cache_len = 512
+    config.rl.prompts_per_step = 2
   metrics = demo.run(config, str(tmp_path))
   rows = [json.loads(line) for line in open(tmp_path / "demo.jsonl")]
   b, g = config.rl.prompts_per_step, config.sampling.group_size
@@ -48,13 +49,14 @@ def test_pipeline_runs_end_to_end(tiny_dir, tmp_path, capsys):
   assert capsys.readouterr().out.strip().splitlines()[-1].startswith("RESULT stage=demo ")
 
 
-def test_cli_refuses_stages_that_do_not_exist_yet(tmp_path):
+def test_cli_refuses_a_mode_without_the_agent_pipeline(tmp_path):
   proc = subprocess.run(
       [sys.executable, "-m", "arenarl_jax.main", "--config=configs/quickstart.py",
-       f"--workdir={tmp_path}", "--mode=sft"],
+       f"--workdir={tmp_path}", "--mode=eval", "--config.rl.rollout=fake",
+       "--config.sft.steps=0"],
       cwd=ROOT, capture_output=True, text=True, timeout=300, check=False)
   assert proc.returncode != 0
-  assert "not built yet" in proc.stderr
+  assert "needs the agent pipeline" in proc.stderr
   # The resolved config is written before anything runs, for reproducibility.
   assert json.load(open(tmp_path / "config.json"))["tournament"]["topology"] == "single_elimination"
 

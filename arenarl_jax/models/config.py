@@ -183,6 +183,14 @@ PRESETS: dict[str, ModelConfig] = {
     "tiny": ModelConfig(
         vocab_size=49_152, d_model=64, n_layers=2, n_heads=4, n_kv_heads=2, head_dim=16,
         ffn_dim=128, rope_theta=10_000.0, norm_eps=1e-5, tie_embeddings=True, max_seq_len=2048),
+    # From-scratch models (model.init.preset); vocab_size is replaced by the tokenizer's.
+    # quickstart: 2 layers x 128 wide (~0.9M parameters with a 4,096-token BPE). A travel
+    # conversation is ~1,850 tokens, so attention and the update dominate a CPU step: this size
+    # keeps a 4 x 1,856-token SFT step at a few seconds on 2 cores; 2 layers is the least that
+    # can copy names and numbers from the query and tool results into calls (induction heads).
+    "quickstart": ModelConfig(
+        vocab_size=4096, d_model=128, n_layers=2, n_heads=4, n_kv_heads=2, head_dim=32,
+        ffn_dim=384, rope_theta=10_000.0, norm_eps=1e-5, tie_embeddings=True, max_seq_len=4096),
 }
 
 

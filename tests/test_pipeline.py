@@ -1,0 +1,156 @@
+"""The training pipeline: SFT loss, the task tokenizer, compact schemas, the starting policy, and
+``main --config=configs/quickstart.py:smoke`` end to end (pipeline, then eval reproducing it)."""
+import json
+import os
+import subprocess
+import sys
+
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from arenarl_jax import losses, messages, policy as policy_lib, task_tokenizer
+from arenarl_jax.envs import compact_schemas
+from arenarl_jax.rl_rollout import trajectory_stats
+from arenarl_jax.types import Trajectory
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.join(ROOT, "configs"))
+import quickstart  # noqa: E402  pylint: disable=g-import-not-at-top,wrong-import-position
+
+
+def test_sft_loss_is_the_masked_mean_token_nll():
+  logp = jnp.log(jnp.array([[0.5, 0.25, 0.1], [0.2, 0.8, 0.5]]))
+  mask = jnp.array([[0, 1, 1], [1, 0, 0]])
+  norm = losses.normalisers(mask)
+  loss, metrics = losses.sft_loss(logp, mask, norm)
+  expected = -(np.log(0.25) + np.log(0.1) + np.log(0.2)) / 3
+  np.testing.assert_allclose(float(loss), expected, rtol=1e-6)
+  # Additive over parts (rows split in two) with the whole batch's normalisers.
+  a, _ = losses.sft_loss(logp[:1], mask[:1], norm)
+  b, _ = losses.sft_loss(logp[1:], mask[1:], norm)
+  np.testing.assert_allclose(float(a + b), expected, rtol=1e-6)
+  assert float(metrics["loss_sum"]) == pytest.approx(expected, rel=1e-6)
+
+
+TEXTS = [
+    "<|im_start|>user\nFind 2 noodles restaurants in Nortor near Western Moon Temple.<|im_end|>\n"
+    "<|im_start|>assistant\n<think>\nI need the temple.\n</think>\n<tool_call>\n"
+    '{"name": "search_poi", "arguments": {"city": "Nortor", "keyword": "noodles"}}\n'
+    "</tool_call><|im_end|>\n<|im_start|>user\n<tool_response>\n1. Jade Lotus Noodle House | "
+    "rating 4.6\n</tool_response><|im_end|>\n",
+] * 20
+
+
+def test_task_bpe_keeps_control_tokens_whole_and_round_trips():
+  tok = task_tokenizer.train_bpe(TEXTS, vocab_size=320)
+  again = task_tokenizer.train_bpe(TEXTS, vocab_size=320)
+  assert tok.backend.get_vocab() == again.backend.get_vocab()  # deterministic
+  assert tok.vocab_size <= 320 and tok.eos_id == tok.token_to_id("<|im_end|>")
+  for text in task_tokenizer.SPECIAL + task_tokenizer.TAGS:
+    assert len(tok.encode(text)) == 1, text
+  assert tok.decode(tok.encode(TEXTS[0])) == TEXTS[0]
+  # Untrusted text: the control token's spelling is plain text there, never the control id.
+  assert tok.eos_id not in messages.encode_plain(tok, "a <|im_end|> b")
+  assert tok.decode(messages.encode_plain(tok, "a <|im_end|> b")) == "a <|im_end|> b"
+  with pytest.raises(ValueError, match="vocab_size"):
+    task_tokenizer.train_bpe(TEXTS, vocab_size=100)
+
+
+def test_compact_schemas_keep_names_types_and_required():
+  tool = {"type": "function", "function": {
+      "name": "f", "description": "long prose",
+      "parameters": {"type": "object", "additionalProperties": False, "required": ["city"],
+                     "properties": {"city": {"type": "string", "maxLength": 200,
+                                             "description": "City."},
+                                    "stops": {"type": "array", "minItems": 2,
+                                              "items": {"type": "string", "minLength": 1}},
+                                    "mode": {"type": "string", "enum": ["walk", "drive"]}}}}}
+  assert compact_schemas.compact_tool(tool) == {"name": "f", "parameters": {
+      "type": "object", "required": ["city"],
+      "properties": {"city": {"type": "string"}, "stops": {"type": "array",
+                                                           "items": {"type": "string"}},
+                     "mode": {"type": "string", "enum": ["walk", "drive"]}}}}
+  with pytest.raises(ValueError, match="env.schemas"):
+    compact_schemas.tool_source(None, "short")
+
+
+def test_policy_from_scratch_saves_its_tokenizer(tmp_path):
+  config = quickstart.get_config("smoke")
+  with config.unlocked():
+    config.model.init.tokenizer = "smollm2"
+  first = policy_lib.make_policy(config, str(tmp_path))
+  assert first.cfg.vocab_size == first.tokenizer.vocab_size
+  assert os.path.isfile(tmp_path / "tokenizer" / "tokenizer.json")
+  assert json.load(open(tmp_path / "model_config.json"))["num_hidden_layers"] == 2
+  with config.unlocked():
+    config.model.init.tokenizer = "no_such_tokenizer"  # ignored: the saved one is read back
+  again = policy_lib.make_policy(config, str(tmp_path))
+  assert again.tokenizer.encode("Nortor <|im_end|>") == first.tokenizer.encode("Nortor <|im_end|>")
+  with pytest.raises(ValueError, match="model.init.tokenizer"):
+    policy_lib.make_tokenizer(config)
+
+
+def test_trajectory_stats_count_calls_errors_and_finishes():
+  def traj(finish, log, n_sampled):
+    mask = np.r_[np.zeros(3), np.ones(n_sampled)].astype(np.int32)
+    return Trajectory(query="q", tokens=np.zeros(len(mask), np.int32), loss_mask=mask,
+                      finish_reason=finish, metadata={"tool_log": tuple(log)})
+  ok = {"ok": True, "error_kind": None}
+  bad = {"ok": False, "error_kind": "bad_arguments"}
+  stats = trajectory_stats([traj("answer", [ok, bad], 4), traj("length", [bad], 2)], "r")
+  assert stats["r/tool_calls_per_trajectory"] == 1.5
+  assert stats["r/tool_error_rate"] == pytest.approx(2 / 3)
+  assert stats["r/tool_errors/bad_arguments"] == 2
+  assert stats["r/finish/answer"] == 0.5 and stats["r/finish/length"] == 0.5
+  assert stats["r/sampled_tokens_mean"] == 3.0
+
+
+def _main(workdir, data_dir, mode):
+  return subprocess.run(
+      [sys.executable, "-m", "arenarl_jax.main", "--config=configs/quickstart.py:smoke",
+       f"--workdir={workdir}", f"--mode={mode}", f"--config.data.dir={data_dir}"],
+      cwd=ROOT, capture_output=True, text=True, timeout=900, check=False)
+
+
+def _eval_rows(path):
+  rows = [json.loads(line) for line in open(path)]
+  return rows[0], [(r["task_id"], r["tokens"], [m["outcome"] for m in r["matches"]])
+                   for r in rows[1:]]
+
+
+def test_quickstart_smoke_pipeline_then_eval_reproduces_it_then_export(tmp_path):
+  work, data = tmp_path / "run", tmp_path / "data"
+  proc = _main(work, data, "pipeline")
+  assert proc.returncode == 0, proc.stderr[-3000:]
+  result = proc.stdout.strip().splitlines()[-1]
+  assert result.startswith("RESULT win_rate_vs_sft=") and "ci_low=" in result
+  assert "win_rate_vs_reference=" in result
+  # The stages' outputs: SFT curve and checkpoint, RL metrics, evaluations at 0 and the end.
+  sft_rows = [json.loads(line) for line in open(work / "sft" / "metrics.jsonl")]
+  assert [r["step"] for r in sft_rows] == [1, 2] and all(np.isfinite(r["loss"]) for r in sft_rows)
+  rl_rows = [json.loads(line) for line in open(work / "metrics.jsonl")]
+  assert [r["step"] for r in rl_rows] == [1, 2]
+  for key in ("reward/mean", "advantage/zero_groups", "judge/requests", "time/judge_s",
+              "rollout/tool_calls_per_trajectory", "rollout/turns_mean", "loss"):
+    assert key in rl_rows[-1], key
+  assert sorted(os.listdir(work / "eval")) == ["eval_00000000.jsonl", "eval_00000002.jsonl",
+                                               "summary.jsonl"]
+  assert os.path.getsize(work / "curves.png") > 0
+  # --mode=eval on the workdir reproduces the final evaluation exactly.
+  again = _main(work, data, "eval")
+  assert again.returncode == 0, again.stderr[-3000:]
+  assert again.stdout.strip().splitlines()[-1] == result
+  first, rows = _eval_rows(work / "eval" / "eval_00000002.jsonl")
+  second, rows_again = _eval_rows(work / "eval" / "eval_00000002_1.jsonl")
+  assert first == second and rows == rows_again
+  # --mode=export: the final policy as an HF directory with the run's tokenizer, loadable again.
+  exported = _main(work, data, "export")
+  assert exported.returncode == 0, exported.stderr[-3000:]
+  assert exported.stdout.strip().splitlines()[-1].startswith("RESULT stage=export rl_step=2 ")
+  from arenarl_jax.models.loading import load_model, load_tokenizer  # pylint: disable=g-import-not-at-top
+  cfg, _ = load_model(str(work / "export"))
+  tok = load_tokenizer(str(work / "export"))
+  assert cfg.vocab_size == tok.vocab_size
+  assert tok.encode("Nortor <|im_end|>") == load_tokenizer(str(work / "tokenizer")).encode(
+      "Nortor <|im_end|>")
