@@ -12,7 +12,6 @@ from __future__ import annotations
 import argparse
 import functools
 import os
-import statistics
 import tempfile
 import time
 
@@ -110,12 +109,7 @@ def main():
   for threads in (1, 2):
     runs[f"torch_{threads}t"] = functools.partial(torch_run, threads)
     runs[f"torch_{threads}t"]()
-  # Interleaved rounds, so a change in the machine's load hits every contender alike.
-  times = {name: [] for name in runs}
-  for _ in range(args.repeats):
-    for name, run in runs.items():
-      times[name].append(timing.median_time(run, 1))
-  t = {name: statistics.median(ts) for name, ts in times.items()}
+  t, times = timing.interleaved_medians(runs, args.repeats)
   for name, ts in times.items():
     print(f"{name:>9}: median {t[name]:.3f} s = {n_tok / t[name]:.0f} tok/s "
           f"(runs: {', '.join(f'{x:.2f}' for x in ts)})")

@@ -14,6 +14,16 @@ def median_time(fn, repeats: int) -> float:
   return statistics.median(times)
 
 
+def interleaved_medians(runs: dict, repeats: int) -> tuple[dict, dict]:
+  """Times every contender once per round for ``repeats`` rounds, so a change in the machine's
+  load hits all of them alike; returns (median seconds by name, every round's seconds by name)."""
+  times = {name: [] for name in runs}
+  for _ in range(repeats):
+    for name, run in runs.items():
+      times[name].append(median_time(run, 1))
+  return {name: statistics.median(ts) for name, ts in times.items()}, times
+
+
 def peak_rss_gb() -> float:
   """This process's peak resident memory so far (Linux reports ru_maxrss in KiB)."""
   return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import statistics
 import tempfile
 import time
 
@@ -146,11 +145,7 @@ def main():
   for threads in (1, 2):
     runs[f"torch_{threads}t"] = lambda threads=threads: torch_run(threads)
     runs[f"torch_{threads}t"]()
-  times = {name: [] for name in runs}
-  for _ in range(args.repeats):  # interleaved rounds: load changes hit every contender alike
-    for name, run in runs.items():
-      times[name].append(timing.median_time(run, 1))
-  med = {name: statistics.median(ts) for name, ts in times.items()}
+  med, times = timing.interleaved_medians(runs, args.repeats)
   for name, ts in times.items():
     print(f"{name:>9}: median {med[name]:.2f} s = {n * t / med[name]:.0f} tok/s "
           f"(runs: {', '.join(f'{x:.2f}' for x in ts)})")
