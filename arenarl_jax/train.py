@@ -35,8 +35,9 @@ from arenarl_jax.train_step import Trainer, make_optimizer
 
 
 def initialize_distributed(section: Mapping[str, Any]) -> None:
-  """``jax.distributed.initialize`` from ``config.distributed`` (call before touching devices)."""
-  if not section["initialize"]:
+  """``jax.distributed.initialize`` from ``config.distributed`` (call before touching devices;
+  a second call is a no-op)."""
+  if not section["initialize"] or jax.distributed.is_initialized():
     return
   if section["cpu_collectives"]:
     jax.config.update("jax_cpu_collectives_implementation", section["cpu_collectives"])
@@ -408,13 +409,16 @@ def export(config: ml_collections.ConfigDict, workdir: str, path: str = "") -> s
   from arenarl_jax import sft  # pylint: disable=import-outside-toplevel
   from arenarl_jax.envs import base  # pylint: disable=import-outside-toplevel
   from arenarl_jax.models.safetensors_io import export_hf_dir  # pylint: disable=import-outside-toplevel
+  initialize_distributed(config.distributed)  # every host joins the checkpoint restore
   env = base.make_environment_from_config(config.env)
   policy = policy_lib.make_policy(config, workdir, env)
   if config.sft.steps > 0:
     policy.model = _with_params(policy.model, sft.restore_params(config, workdir, policy))
   params, step = _rl_params(config, workdir, policy.model)
   if params is not None:
-    policy.model = _with_params(policy.model, jax.device_get(params))
+    from arenarl_jax.rl_rollout import on_one_device  # pylint: disable=import-outside-toplevel
+    # On several hosts the state may be spread over them: every host gathers its own copy.
+    policy.model = _with_params(policy.model, jax.device_get(on_one_device(params)))
   path = path or os.path.join(workdir, "export")
   if jax.process_index() == 0:
     export_hf_dir(policy.model, policy.cfg, path)

@@ -6,7 +6,8 @@ Runs ``train.pipeline`` (SFT -> RL with the agent rollout -> evaluation) with th
 (``--set`` overrides scalars, e.g. ``--set rl.steps=1``). Each process writes
 ``WORKDIR/groups_<process>.json``: per RL step, the prompt ids it rolled out and, per group,
 every trajectory's tokens and advantage. Process 0 writes the final RL parameters (gathered from
-all processes) to ``WORKDIR/params.npz`` and the RESULT line to ``WORKDIR/result.txt``.
+all processes) to ``WORKDIR/params.npz``, the pipeline's output to ``WORKDIR/result.txt`` and
+the exported policy (``train.export``) to ``WORKDIR/export``.
 """
 import argparse
 import contextlib
@@ -78,6 +79,7 @@ def main(argv):
   out = io.StringIO()
   with contextlib.redirect_stdout(out):
     train.pipeline(config, args.workdir)
+  train.export(config, args.workdir)  # the final policy as an HF directory (process 0 writes)
   me = jax.process_index()
   with open(os.path.join(args.workdir, f"groups_{me}.json"), "w", encoding="utf-8") as f:
     json.dump(record, f)

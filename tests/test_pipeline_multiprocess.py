@@ -21,6 +21,7 @@ import signal
 import socket
 import subprocess
 import sys
+import time
 
 import jax
 import numpy as np
@@ -43,14 +44,14 @@ def test_a_share_of_rows_samples_what_those_rows_sample_in_the_whole_batch():
   logits = jax.random.normal(jax.random.key(0), (8, 50))
   settings = SamplingSettings(temperature=0.9)
   key = jax.random.key(5)
-  whole, whole_logp = choose_tokens(logits, settings.rows(8, 2), key)
-  for first in (0, 2, 4):
-    share, share_logp = choose_tokens(logits[first:first + 4],
-                                      settings.rows(4, 2, first_row=first), key)
+  choose = jax.jit(choose_tokens)  # first_row is static: one program per offset
+  whole, whole_logp = choose(logits, settings.rows(8, 2), key)
+  for first in (2, 4):
+    share, share_logp = choose(logits[first:first + 4], settings.rows(4, 2, first_row=first), key)
     np.testing.assert_array_equal(share, whole[first:first + 4])
     np.testing.assert_allclose(share_logp, whole_logp[first:first + 4], rtol=1e-6)
   # Without the offset the share would draw the batch's first numbers (the bug this guards).
-  shifted, _ = choose_tokens(logits[4:], settings.rows(4, 2), key)
+  shifted, _ = choose(logits[4:], settings.rows(4, 2), key)
   assert not np.array_equal(shifted, whole[4:])
   with pytest.raises(ValueError, match="first_row"):
     settings.rows(4, 2, first_row=3)
@@ -115,14 +116,35 @@ def test_host_stats_add_counts_take_extremes_and_average_means():
 OVERRIDES = ["data.sft_batch_size=4", "data.sft_seq_len=1024"]
 
 
-def _start(workdir, data_dir, *args, devices):
+def _start(log, workdir, data_dir, *args, devices):
   env = dict(os.environ, PYTHONPATH=ROOT, OMP_NUM_THREADS="1", TOKENIZERS_PARALLELISM="false",
              XLA_FLAGS=f"--xla_force_host_platform_device_count={devices}")
   sets = [a for o in OVERRIDES for a in ("--set", o)]
-  return subprocess.Popen(
-      [sys.executable, os.path.join(ROOT, "tests", "pipeline_run.py"), str(workdir), str(data_dir),
-       *map(str, args), *sets], env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-      text=True, start_new_session=True)
+  with open(log, "w", encoding="utf-8") as out:
+    return subprocess.Popen(
+        [sys.executable, os.path.join(ROOT, "tests", "pipeline_run.py"), str(workdir),
+         str(data_dir), *map(str, args), *sets], env=env, stdout=out, stderr=subprocess.STDOUT,
+        start_new_session=True)
+
+
+def _wait_all(procs, logs, timeout_s=600.0):
+  """Waits for every process; the first failure (or the timeout) kills the others' groups, so a
+  crashed peer never leaves the other process waiting in a collective."""
+  deadline = time.monotonic() + timeout_s
+  try:
+    while any(p.poll() is None for p in procs):
+      failed = [p for p in procs if p.poll() not in (None, 0)]
+      if failed or time.monotonic() > deadline:
+        break
+      time.sleep(0.5)
+  finally:
+    for p in procs:
+      if p.poll() is None:
+        os.killpg(p.pid, signal.SIGKILL)
+        p.wait()
+  # The process that failed by itself first; the ones killed here (-9) after it.
+  for p, log in sorted(zip(procs, logs), key=lambda pl: pl[0].returncode == -signal.SIGKILL):
+    assert p.returncode == 0, f"{log} (exit {p.returncode}):\n" + open(log).read()[-3000:]
 
 
 def _free_port():
@@ -141,18 +163,11 @@ def test_two_processes_sample_their_own_groups_and_end_like_one_process(tmp_path
   config = pipeline_run.make_config(str(data), overrides=OVERRIDES)
   builder.build(builder.make_source_config(config), str(data))  # once, before the runs read it
   port = _free_port()
-  procs = [_start(tmp_path / "one", data, devices=2)]
-  procs += [_start(tmp_path / "two", data, "--procs", 2, "--proc", i, "--port", port, devices=1)
-            for i in range(2)]
-  try:
-    outs = [p.communicate(timeout=600)[0] for p in procs]
-  finally:
-    for p in procs:
-      if p.poll() is None:
-        os.killpg(p.pid, signal.SIGKILL)
-        p.wait()
-  for p, out in zip(procs, outs):
-    assert p.returncode == 0, out[-3000:]
+  logs = [tmp_path / "one.log", tmp_path / "two_0.log", tmp_path / "two_1.log"]
+  procs = [_start(logs[0], tmp_path / "one", data, devices=2)]
+  procs += [_start(logs[1 + i], tmp_path / "two", data, "--procs", 2, "--proc", i, "--port", port,
+                   devices=1) for i in range(2)]
+  _wait_all(procs, logs)
 
   one, two = tmp_path / "one", tmp_path / "two"
   # Groups: each process rolled out its own half; together, the one-process groups exactly.
@@ -188,3 +203,10 @@ def test_two_processes_sample_their_own_groups_and_end_like_one_process(tmp_path
   assert result.startswith("RESULT win_rate_vs_sft=")
   assert result == open(one / "result.txt", encoding="utf-8").read().strip().splitlines()[-1]
   assert sorted(os.listdir(two / "eval")) == sorted(os.listdir(one / "eval"))
+  # --mode=export's function on two processes: the same weights, written once.
+  from safetensors.numpy import load_file  # pylint: disable=import-outside-toplevel
+  want_hf, got_hf = load_file(one / "export" / "model.safetensors"), load_file(
+      two / "export" / "model.safetensors")
+  assert sorted(want_hf) == sorted(got_hf)
+  for key in want_hf:
+    np.testing.assert_allclose(got_hf[key], want_hf[key], rtol=0, atol=1e-5, err_msg=key)
