@@ -61,7 +61,8 @@ def on_one_device(params):
   if spread:
     meshes = {leaves[i].sharding.mesh for i in spread}
     if len(meshes) != 1 or not isinstance(leaves[spread[0]].sharding, NamedSharding):
-      raise ValueError("on_one_device: multi-process parameters must share one NamedSharding mesh")
+      raise ValueError("on_one_device: multi-process parameters must share one NamedSharding "
+                       "mesh")
     whole = NamedSharding(meshes.pop(), PartitionSpec())
     gathered = jax.jit(lambda xs: xs, out_shardings=whole)([leaves[i] for i in spread])
     for i, x in zip(spread, gathered):
@@ -186,7 +187,7 @@ class AgentRollout:
 
 
 def share_start(prompt_ids: Sequence[int], all_prompt_ids: Sequence[int]) -> int:
-  """Where this host's ``prompt_ids`` start in the step's ``all_prompt_ids`` (a contiguous slice)."""
+  """Where this host's ``prompt_ids`` (a contiguous slice) start in ``all_prompt_ids``."""
   ids, every = list(prompt_ids), list(all_prompt_ids)
   for start in range(len(every) - len(ids) + 1):
     if every[start:start + len(ids)] == ids:

@@ -62,7 +62,8 @@ def main(argv):
     record.append({"step": step, "prompt_ids": [int(i) for i in prompt_ids],
                    "all_prompt_ids": [int(i) for i in all_prompt_ids],
                    "groups": [{"prompt": int(p),
-                               "tokens": [trajectories[b * g + i].tokens.tolist() for i in range(g)],
+                               "tokens": [trajectories[b * g + i].tokens.tolist()
+                                          for i in range(g)],
                                "advantages": adv_N[b * g:(b + 1) * g].tolist()}
                               for b, p in enumerate(prompt_ids)]})
     return trajectories, adv_N, stats
