@@ -56,6 +56,9 @@ class SamplingSettings:
     if first_row < 0 or first_row % group_size:
       raise ValueError(f"first_row={first_row} must be a non-negative multiple of "
                        f"group_size={group_size}")
+    if first_row and not jax.config.jax_threefry_partitionable:
+      raise ValueError("first_row > 0 needs jax_threefry_partitionable=True (JAX's default): "
+                       "only then is element i of a random draw independent of its length")
     if n_rows % group_size:
       raise ValueError(f"n_rows={n_rows} is not a multiple of group_size={group_size}")
     temperature_N = np.full((n_rows,), self.temperature, np.float32)
