@@ -1,6 +1,8 @@
 """The agent rollout ``train.py`` runs (``rl.rollout="agent"``): prompts -> trajectories + advantages.
 
-Per RL step, for this host's prompt ids (records of the dataset's ``train`` split):
+Per RL step, for this host's prompt ids (records of the dataset's ``train`` split; on several
+hosts a contiguous share of the step's, whose sampler draws, tournament streams and judge noise
+are indexed by the global group so that the hosts together roll out what one process does):
   sampler on the CURRENT parameters (``Sampler.set_params`` with the train state's arrays, moved
   device to device, never through the host) -> ``rollout.Rollout`` (multi-turn, tools run
   concurrently, row 0 of each group greedy) -> advantages:
@@ -17,11 +19,13 @@ resumed run draws the same judge noise.
 """
 from __future__ import annotations
 
+import inspect
 import time
 from typing import Any, Sequence
 
 import jax
 import ml_collections
+from jax.sharding import NamedSharding, PartitionSpec
 import numpy as np
 from flax import nnx
 
@@ -45,9 +49,25 @@ def sampling_settings(config: ml_collections.ConfigDict, tokenizer) -> SamplingS
 
 
 def on_one_device(params):
-  """``params`` (any placement) on this process's first device: a device-to-device copy."""
+  """``params`` (any placement) on this process's first device: a device-to-device copy.
+
+  Arrays spread over several processes (a multi-host train state) are first replicated over
+  their mesh (one jitted all-gather that every process joins), then this process's copy is
+  taken; nothing goes through the host."""
   device = jax.local_devices()[0]
-  return jax.tree.map(lambda x: jax.device_put(x, device), params)
+  leaves, treedef = jax.tree.flatten(params)
+  spread = [i for i, x in enumerate(leaves) if isinstance(x, jax.Array)
+            and not x.is_fully_addressable]
+  if spread:
+    meshes = {leaves[i].sharding.mesh for i in spread}
+    if len(meshes) != 1 or not isinstance(leaves[spread[0]].sharding, NamedSharding):
+      raise ValueError("on_one_device: multi-process parameters must share one NamedSharding "
+                       "mesh")
+    whole = NamedSharding(meshes.pop(), PartitionSpec())
+    gathered = jax.jit(lambda xs: xs, out_shardings=whole)([leaves[i] for i in spread])
+    for i, x in zip(spread, gathered):
+      leaves[i] = next(s.data for s in x.addressable_shards if s.device == device)
+  return jax.tree.unflatten(treedef, [jax.device_put(x, device) for x in leaves])
 
 
 def set_policy(sampler: Sampler, params) -> None:
@@ -113,20 +133,23 @@ class AgentRollout:
 
   def __call__(self, params, *, step: int, prompt_ids: Sequence[int],
                all_prompt_ids: Sequence[int], key=None):
-    del all_prompt_ids  # each host samples and judges only its own groups
+    # Each host samples and judges only its own groups, a contiguous share of the step's: the
+    # sampler's draws, the tournament's pairings and the judge's noise are indexed by the global
+    # group, so the hosts together produce what one process running every group does.
+    first = share_start(prompt_ids, all_prompt_ids)
     t0 = time.perf_counter()
     set_policy(self.sampler, params)
     tasks = [self.tasks[i] for i in prompt_ids]
     batch = self.rollout.run(tasks, self.source, group_size=self.group_size, key=key,
-                             policy_step=step, valid=self.env.valid)
+                             policy_step=step, valid=self.env.valid, first_group=first)
     groups = batch.trajectories
     flat = [t for g in groups for t in g]
     t1 = time.perf_counter()
     stats: dict[str, float] = {}
     if self.advantage_source == "arena":
       cfg = self.config
-      results = tournament.rank(groups, self.judge, cfg.tournament.topology,
-                                np.random.default_rng([int(cfg.seed), int(step)]),
+      results = tournament.rank(groups, ShareJudge(self.judge, first, len(groups)),
+                                cfg.tournament.topology, tournament_rng(cfg.seed, step, first),
                                 failure_threshold=cfg.tournament.failure_threshold)
       adv_BG = np.stack([r.advantages for r in results])
       reward_BG = np.stack([r.base_rewards for r in results])
@@ -136,7 +159,7 @@ class AgentRollout:
       # Does the greedy anchor's seeding agree with the final order? (anchor's final rank)
       stats["tournament/anchor_rank_mean"] = float(np.mean([r.ranks[0] for r in results]))
     else:
-      scored = self.judge.score(flat)
+      scored = ShareJudge(self.judge, first, len(groups)).score(flat)
       reward_BG = np.nan_to_num(np.asarray(scored.scores, np.float64)).reshape(len(groups), -1)
       adv_BG = adv_lib.pointwise_advantages(reward_BG)
       stats["judge/requests"] = float(len(flat))
@@ -161,6 +184,55 @@ class AgentRollout:
                   "time/judge_s": t2 - t1, "time/rollout_total_s": t2 - t0,
                   "tokens_per_s": float(batch.stats["sampled_tokens"]) / max(t1 - t0, 1e-9)})
     return flat, adv_N, stats
+
+
+def share_start(prompt_ids: Sequence[int], all_prompt_ids: Sequence[int]) -> int:
+  """Where this host's ``prompt_ids`` (a contiguous slice) start in ``all_prompt_ids``."""
+  ids, every = list(prompt_ids), list(all_prompt_ids)
+  for start in range(len(every) - len(ids) + 1):
+    if every[start:start + len(ids)] == ids:
+      return start
+  raise ValueError(f"rollout: prompt ids {ids} are not a contiguous slice of the step's "
+                   f"{every}")
+
+
+def tournament_rng(seed: int, step: int, first_group: int = 0) -> np.random.Generator:
+  """The step's tournament generator, seeded by (seed, step). ``tournament.rank`` spawns one
+  stream per group from it; a host whose groups start at ``first_group`` skips the streams of
+  the groups before its own, so each group gets the stream it gets in one process."""
+  rng = np.random.default_rng([int(seed), int(step)])
+  rng.bit_generator.seed_seq.spawn(int(first_group))
+  return rng
+
+
+class ShareJudge:
+  """The training judge seen from one host's groups ``first .. first + num_groups - 1``.
+
+  A judge whose noise depends on a match's position in its batch (``RubricJudge``: its
+  ``judge``/``score`` take ``first=``) is told where this share's matches sit in the whole
+  step's batch: every group of a step has the same size, so each round gives every group the same
+  number of matches and group b's matches start at b times that number.
+  """
+
+  def __init__(self, judge: Any, first_group: int, num_groups: int):
+    self.inner, self.first_group, self.num_groups = judge, int(first_group), int(num_groups)
+
+  def _takes_first(self, fn) -> bool:
+    return self.first_group > 0 and "first" in inspect.signature(fn).parameters
+
+  def judge(self, matches):
+    if not self._takes_first(self.inner.judge):
+      return self.inner.judge(matches)
+    if len(matches) % self.num_groups:
+      raise ValueError(f"ShareJudge: {len(matches)} matches do not split evenly over "
+                       f"{self.num_groups} groups of one size")
+    return self.inner.judge(matches, first=self.first_group * len(matches) // self.num_groups)
+
+  def score(self, trajectories):
+    if not self._takes_first(self.inner.score):
+      return self.inner.score(trajectories)
+    per_group = len(trajectories) // self.num_groups
+    return self.inner.score(trajectories, first=self.first_group * per_group)
 
 
 def _corr(x: np.ndarray, y: np.ndarray) -> float:

@@ -192,8 +192,12 @@ class Rollout:
   # ------------------------------------------------------------------------------ the loop
   def run(self, tasks: Sequence[base.Task], source: base.ToolSource, *, group_size: int,
           key: jax.Array, policy_step: int = 0,
-          valid: Callable[[str, base.Task], tuple[bool, str]] | None = None) -> RolloutBatch:
-    """Rolls out every task ``group_size`` times; never raises for model output or tool trouble."""
+          valid: Callable[[str, base.Task], tuple[bool, str]] | None = None,
+          first_group: int = 0) -> RolloutBatch:
+    """Rolls out every task ``group_size`` times; never raises for model output or tool trouble.
+
+    ``first_group``: the global index of ``tasks[0]`` when they are one host's share of a step's
+    tasks; each row then samples as that row of the whole step's batch would (same ``key``)."""
     if not tasks:
       raise ValueError("rollout: no tasks")
     t_start = time.perf_counter()
@@ -207,7 +211,7 @@ class Rollout:
                          f"leaves no room in a budget of {self.budget}")
     rows = [_Row(len(prompts[r // g]), list(prompts[r // g]), [0] * len(prompts[r // g]),
                  [0.0] * len(prompts[r // g])) for r in range(len(tasks) * g)]
-    row_settings = self.sampling.rows(len(rows), g)
+    row_settings = self.sampling.rows(len(rows), g, first_row=first_group * g)
     stats: dict[str, Any] = {"tool_phase_s": [], "slowest_call_s": [], "decode_s": [],
                              "extend_s": [],
                              "tool_calls": 0, "tool_errors": {}, "obs_buckets": set(),

@@ -1,8 +1,12 @@
 """The RL loop: prompts -> rollout (pluggable) -> training batch -> minibatch updates -> metrics.
 
 Every host runs this same loop (``distributed.initialize`` joins them): each host rolls out its
-own share of the step's prompts (a group never spans hosts), the update is one global SPMD step
-over all hosts' rows, every host takes part in checkpoint saves, and process 0 writes metrics.
+own contiguous share of the step's prompts (a group never spans hosts; the rollout indexes its
+random draws by the global group, so the union of the shares is what one process rolls out), the
+update is one global SPMD step over all hosts' rows, every host takes part in checkpoint saves,
+the hosts' rollout stats are combined (``combine_host_stats``) and process 0 writes metrics.
+``pipeline`` does the same for SFT (each host feeds its share of the global batch) and has every
+host evaluate the same test tasks (process 0 writes and prints).
 A rollout is any callable ``rollout(params, *, step, prompt_ids, all_prompt_ids, key) ->
 (trajectories, advantages_N, stats)`` with ``num_prompts``, ``state_dict()`` and
 ``load_state_dict()``; ``fake_rollout.FakeRollout`` stands in until the agent rollout lands.
@@ -31,8 +35,9 @@ from arenarl_jax.train_step import Trainer, make_optimizer
 
 
 def initialize_distributed(section: Mapping[str, Any]) -> None:
-  """``jax.distributed.initialize`` from ``config.distributed`` (call before touching devices)."""
-  if not section["initialize"]:
+  """``jax.distributed.initialize`` from ``config.distributed`` (call before touching devices;
+  a second call is a no-op)."""
+  if not section["initialize"] or jax.distributed.is_initialized():
     return
   if section["cpu_collectives"]:
     jax.config.update("jax_cpu_collectives_implementation", section["cpu_collectives"])
@@ -90,6 +95,53 @@ def _global_max(value: int) -> int:
     return value
   from jax.experimental import multihost_utils
   return int(np.max(multihost_utils.process_allgather(np.asarray([value]))))
+
+
+def _process_0_first(fn, name: str):
+  """``fn()`` on process 0, then on the others: they read what it wrote when the storage is
+  shared, or make the same thing themselves (``fn`` is deterministic) when it is not."""
+  if jax.process_count() == 1:
+    return fn()
+  from jax.experimental import multihost_utils  # pylint: disable=import-outside-toplevel
+  out = fn() if jax.process_index() == 0 else None
+  multihost_utils.sync_global_devices(name)
+  return out if jax.process_index() == 0 else fn()
+
+
+# How one step's rollout stats of several hosts (each over its own equal share of the groups)
+# become one value: counts add up, times take the slowest host, extremes their extreme, the rest
+# (means over trajectories or groups) the mean over hosts; a count a host lacks is 0 there.
+_SUMMED = ("judge/requests", "judge/failures", "judge/matches", "tokens_per_s",
+           "rollout/judge_cache_hits")
+
+
+def combine_host_stats(per_host: list[Mapping[str, float]]) -> dict[str, float]:
+  """One step's stats from every host's (see ``_SUMMED``); exact for counts, times, extremes and
+  means, the mean of the hosts' values for spreads and correlations."""
+  out = {}
+  for key in sorted({k for h in per_host for k in h}):
+    summed = key in _SUMMED or "/tool_errors/" in key
+    values = [float(h.get(key, 0.0)) for h in per_host if summed or key in h]
+    if summed:
+      out[key] = float(np.sum(values))
+    elif key.startswith("time/") or key.endswith("_max"):
+      out[key] = float(np.max(values))
+    elif key.endswith("_min"):
+      out[key] = float(np.min(values))
+    else:
+      out[key] = float(np.mean(values))
+  return out
+
+
+def _gather_stats(stats: Mapping[str, float]) -> dict[str, float]:
+  """Every host's rollout stats combined (``combine_host_stats``); one host: unchanged."""
+  if jax.process_count() == 1:
+    return dict(stats)
+  from jax.experimental import multihost_utils  # pylint: disable=import-outside-toplevel
+  blob = np.frombuffer(json.dumps({k: float(v) for k, v in stats.items()}).encode(), np.uint8)
+  width = _global_max(len(blob))
+  rows = multihost_utils.process_allgather(np.pad(blob, (0, width - len(blob))))
+  return combine_host_stats([json.loads(bytes(r).rstrip(b"\0")) for r in np.asarray(rows)])
 
 
 def _combine_updates(per_update: list[dict]) -> dict[str, float]:
@@ -175,7 +227,7 @@ def run(config: ml_collections.ConfigDict, workdir: str, rollout, *, model=None,
       per_update = jax.device_get(per_update)
       t2 = time.perf_counter()
       step += 1
-      values = dict(_combine_updates(per_update), **stats)
+      values = dict(_combine_updates(per_update), **_gather_stats(stats))
       values.update({"optimizer_step": int(state.step), "epoch": epoch,
                      "time/rollout_s": t1 - t0, "time/update_s": t2 - t1,
                      "time/step_s": time.perf_counter() - t0})
@@ -281,8 +333,9 @@ def pipeline(config: ml_collections.ConfigDict, workdir: str,
   initialize_distributed(config.distributed)
   main_process = jax.process_index() == 0
   env = base.make_environment_from_config(config.env)
-  data_path = sft.dataset_path(config)
-  policy = policy_lib.make_policy(config, workdir, env)
+  # Process 0 builds the dataset and trains and saves the tokenizer before the others look.
+  data_path = _process_0_first(lambda: sft.dataset_path(config), "dataset")
+  policy = _process_0_first(lambda: policy_lib.make_policy(config, workdir, env), "policy")
   times = {}
 
   t0 = time.perf_counter()
@@ -356,13 +409,16 @@ def export(config: ml_collections.ConfigDict, workdir: str, path: str = "") -> s
   from arenarl_jax import sft  # pylint: disable=import-outside-toplevel
   from arenarl_jax.envs import base  # pylint: disable=import-outside-toplevel
   from arenarl_jax.models.safetensors_io import export_hf_dir  # pylint: disable=import-outside-toplevel
+  initialize_distributed(config.distributed)  # every host joins the checkpoint restore
   env = base.make_environment_from_config(config.env)
   policy = policy_lib.make_policy(config, workdir, env)
   if config.sft.steps > 0:
     policy.model = _with_params(policy.model, sft.restore_params(config, workdir, policy))
   params, step = _rl_params(config, workdir, policy.model)
   if params is not None:
-    policy.model = _with_params(policy.model, jax.device_get(params))
+    from arenarl_jax.rl_rollout import on_one_device  # pylint: disable=import-outside-toplevel
+    # On several hosts the state may be spread over them: every host gathers its own copy.
+    policy.model = _with_params(policy.model, jax.device_get(on_one_device(params)))
   path = path or os.path.join(workdir, "export")
   if jax.process_index() == 0:
     export_hf_dir(policy.model, policy.cfg, path)

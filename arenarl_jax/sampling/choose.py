@@ -121,7 +121,11 @@ def choose_tokens(logits, rows: RowSettings, key, *, vocab_axis: int = 1):
   # and argmax of z are those of the logits, scaled.
   raw_max_N = jnp.max(logits, axis=vocab_axis)
   m_N = raw_max_N * inv_t_N
-  u_N = jax.random.uniform(key, greedy_N.shape, jnp.float32)
+  # Row n takes element first_row + n of one draw (threefry is partitionable: element i of a
+  # draw does not depend on the draw's length), so any split of the rows over hosts samples the
+  # same numbers as the whole batch in one process.
+  u_N = jax.random.uniform(key, (rows.first_row + greedy_N.shape[0],), jnp.float32)[
+      rows.first_row:]
   needs_cut = jnp.any(~greedy_N & ((rows.top_k_N > 0) | (rows.top_p_N < 1)))
   # The [N, nb] block sums, whichever layout the blocks have.
   block_sums = lambda w_blocks: w_blocks.sum(axis=2) if vocab_axis else w_blocks.sum(axis=1).T

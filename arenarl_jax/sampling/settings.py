@@ -48,8 +48,17 @@ class SamplingSettings:
       raise ValueError("SamplingSettings.stop_sequences: a stop sequence must not be empty")
     object.__setattr__(self, "stop_sequences", stops)
 
-  def rows(self, n_rows: int, group_size: int) -> "RowSettings":
-    """Per-row arrays: the anchors (row r with r % group_size == 0) greedy, the rest as set."""
+  def rows(self, n_rows: int, group_size: int, first_row: int = 0) -> "RowSettings":
+    """Per-row arrays: the anchors (row r with r % group_size == 0) greedy, the rest as set.
+
+    ``first_row``: the global index of row 0 when these rows are one host's share of a batch
+    (see ``RowSettings.first_row``); a multiple of ``group_size``."""
+    if first_row < 0 or first_row % group_size:
+      raise ValueError(f"first_row={first_row} must be a non-negative multiple of "
+                       f"group_size={group_size}")
+    if first_row and not jax.config.jax_threefry_partitionable:
+      raise ValueError("first_row > 0 needs jax_threefry_partitionable=True (JAX's default): "
+                       "only then is element i of a random draw independent of its length")
     if n_rows % group_size:
       raise ValueError(f"n_rows={n_rows} is not a multiple of group_size={group_size}")
     temperature_N = np.full((n_rows,), self.temperature, np.float32)
@@ -58,7 +67,8 @@ class SamplingSettings:
     return RowSettings(
         temperature_N=temperature_N,
         top_p_N=np.full((n_rows,), self.top_p, np.float32),
-        top_k_N=np.full((n_rows,), self.top_k, np.int32))
+        top_k_N=np.full((n_rows,), self.top_k, np.int32),
+        first_row=int(first_row))
 
 
 @flax.struct.dataclass
@@ -68,3 +78,7 @@ class RowSettings:
   temperature_N: jax.Array
   top_p_N: jax.Array
   top_k_N: jax.Array
+  # The global index of row 0 (static): row n draws the uniform number of global row
+  # first_row + n, so one host's share of a batch samples what one process sampling the whole
+  # batch draws for those rows.
+  first_row: int = flax.struct.field(pytree_node=False, default=0)

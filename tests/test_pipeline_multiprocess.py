@@ -1,0 +1,213 @@
+"""The quickstart ``:smoke`` pipeline on two processes joined by ``jax.distributed`` vs one process.
+
+Each of the two processes (one CPU device each) samples, runs the tools of, and judges its own half
+of every RL step's groups, and the update is one global SPMD step; the one-process reference runs
+the same global mesh (two devices in one process). They must sample the same groups (disjoint
+halves whose union is the reference's, token for token, with the same advantages), end with the
+same parameters and print the same final evaluation.
+
+Why a tolerance and not bit equality for the parameters: the rollouts are identical (tokens and
+advantages are compared exactly), but the update's floating-point sums are not computed in the
+same order by one XLA process with two devices and two processes with one device each, so the
+gradients differ in their last bits; AdamW divides by sqrt(v), which turns those bits into
+parameter differences of a few 1e-6 after the smoke run's SFT (lr 3e-3) and RL steps (measured:
+max 3.4e-6 over all parameters in this test's setting, 5.1e-6 with the smoke config's SFT batch
+of 8; forcing single-threaded Eigen does not remove it). 1e-5 bounds that, while a real mismatch
+moves parameters by far more (SFT fed only half of each global batch: 9e-3), and the rollouts,
+which a mismatched key or judge draw would change, are compared exactly.
+"""
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+
+import jax
+import numpy as np
+import pytest
+
+from arenarl_jax import rl_rollout, tournament, train
+from arenarl_jax.judges import rubric as rubric_lib
+from arenarl_jax.judges import rubric_judge
+from arenarl_jax.sampling.choose import choose_tokens
+from arenarl_jax.sampling.settings import SamplingSettings
+from arenarl_jax.types import Trajectory
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.join(ROOT, "tests"))
+import pipeline_run  # noqa: E402  pylint: disable=wrong-import-position
+
+
+# ------------------------------------------------------------------ the pieces, in process (fast)
+def test_a_share_of_rows_samples_what_those_rows_sample_in_the_whole_batch():
+  logits = jax.random.normal(jax.random.key(0), (8, 50))
+  settings = SamplingSettings(temperature=0.9)
+  key = jax.random.key(5)
+  choose = jax.jit(choose_tokens)  # first_row is static: one program per offset
+  whole, whole_logp = choose(logits, settings.rows(8, 2), key)
+  for first in (2, 4):
+    share, share_logp = choose(logits[first:first + 4], settings.rows(4, 2, first_row=first), key)
+    np.testing.assert_array_equal(share, whole[first:first + 4])
+    np.testing.assert_allclose(share_logp, whole_logp[first:first + 4], rtol=1e-6)
+  # Without the offset the share would draw the batch's first numbers (the bug this guards).
+  shifted, _ = choose(logits[4:], settings.rows(4, 2), key)
+  assert not np.array_equal(shifted, whole[4:])
+  with pytest.raises(ValueError, match="first_row"):
+    settings.rows(4, 2, first_row=3)
+
+
+MINI = rubric_lib.Rubric("mini", "", (rubric_lib.Dimension("p"),), (rubric_lib.Dimension("a"),),
+                         0.5, 0.5)
+
+
+def _checker(t):
+  return {"path": {"p": t.metadata["q"]}, "answer": {"a": t.metadata["q"]}}
+
+
+@pytest.mark.parametrize("topology", ["single_elimination", "swiss"])
+def test_a_share_of_groups_ranks_and_is_judged_as_in_the_whole_step(topology):
+  rng = np.random.default_rng(0)
+  groups = [[Trajectory(f"q{b}", metadata={"q": float(rng.integers(0, 11))}) for _ in range(4)]
+            for b in range(4)]
+  noise = rubric_judge.NoiseModel(pointwise_std=2.0, pairwise_std=2.0, position_bias=0.5)
+
+  def judge():
+    return rubric_judge.RubricJudge(_checker, MINI, noise, seed=3)
+
+  whole = tournament.rank(groups, rl_rollout.ShareJudge(judge(), 0, 4), topology,
+                          rl_rollout.tournament_rng(7, 2, 0))
+  halves = [tournament.rank(groups[f:f + 2], rl_rollout.ShareJudge(judge(), f, 2), topology,
+                            rl_rollout.tournament_rng(7, 2, f)) for f in (0, 2)]
+  for got, want in zip(halves[0] + halves[1], whole):
+    assert got.order == want.order
+    np.testing.assert_array_equal(got.advantages, want.advantages)
+    assert [r.score_p for _, r in got.matches] == [r.score_p for _, r in want.matches]
+  # Pointwise (GRPO/GSPO) scores too.
+  flat = [t for g in groups for t in g]
+  all_scores = rl_rollout.ShareJudge(judge(), 0, 4).score(flat).scores
+  part = rl_rollout.ShareJudge(judge(), 2, 2).score(flat[8:]).scores
+  np.testing.assert_array_equal(part, all_scores[8:])
+  # Without the offsets the second half would be judged with the first half's noise.
+  plain = tournament.rank(groups[2:], judge(), topology, rl_rollout.tournament_rng(7, 2, 0))
+  assert any(not np.array_equal(a.advantages, b.advantages) or
+             [r.score_p for _, r in a.matches] != [r.score_p for _, r in b.matches]
+             for a, b in zip(plain, whole[2:]))
+
+
+def test_share_start_finds_the_contiguous_slice():
+  assert rl_rollout.share_start([7, 1], [4, 7, 1, 9]) == 1
+  with pytest.raises(ValueError, match="contiguous"):
+    rl_rollout.share_start([4, 1], [4, 7, 1, 9])
+
+
+def test_host_stats_add_counts_take_extremes_and_average_means():
+  got = train.combine_host_stats([
+      {"judge/requests": 6.0, "reward/mean": 1.0, "time/judge_s": 0.5, "advantage/abs_max": 1.2,
+       "rollout/tool_errors/timeout": 2.0},
+      {"judge/requests": 4.0, "reward/mean": 3.0, "time/judge_s": 0.25,
+       "advantage/abs_max": 0.7}])
+  assert got == {"judge/requests": 10.0, "reward/mean": 2.0, "time/judge_s": 0.5,
+                 "advantage/abs_max": 1.2, "rollout/tool_errors/timeout": 2.0}
+
+
+# ------------------------------------------------------------------ the pipeline, 1 vs 2 processes
+# Smaller SFT batches than the smoke config's (the run compiles three times on two cores).
+OVERRIDES = ["data.sft_batch_size=4", "data.sft_seq_len=1024"]
+
+
+def _start(log, workdir, data_dir, *args, devices):
+  env = dict(os.environ, PYTHONPATH=ROOT, OMP_NUM_THREADS="1", TOKENIZERS_PARALLELISM="false",
+             XLA_FLAGS=f"--xla_force_host_platform_device_count={devices}")
+  sets = [a for o in OVERRIDES for a in ("--set", o)]
+  with open(log, "w", encoding="utf-8") as out:
+    return subprocess.Popen(
+        [sys.executable, os.path.join(ROOT, "tests", "pipeline_run.py"), str(workdir),
+         str(data_dir), *map(str, args), *sets], env=env, stdout=out, stderr=subprocess.STDOUT,
+        start_new_session=True)
+
+
+def _wait_all(procs, logs, timeout_s=600.0):
+  """Waits for every process; the first failure (or the timeout) kills the others' groups, so a
+  crashed peer never leaves the other process waiting in a collective."""
+  deadline = time.monotonic() + timeout_s
+  try:
+    while any(p.poll() is None for p in procs):
+      failed = [p for p in procs if p.poll() not in (None, 0)]
+      if failed or time.monotonic() > deadline:
+        break
+      time.sleep(0.5)
+  finally:
+    for p in procs:
+      if p.poll() is None:
+        os.killpg(p.pid, signal.SIGKILL)
+        p.wait()
+  # The process that failed by itself first; the ones killed here (-9) after it.
+  for p, log in sorted(zip(procs, logs), key=lambda pl: pl[0].returncode == -signal.SIGKILL):
+    assert p.returncode == 0, f"{log} (exit {p.returncode}):\n" + open(log).read()[-3000:]
+
+
+def _free_port():
+  with socket.socket() as s:
+    s.bind(("127.0.0.1", 0))
+    return s.getsockname()[1]
+
+
+def _groups(path):
+  return json.load(open(path, encoding="utf-8"))
+
+
+def test_two_processes_sample_their_own_groups_and_end_like_one_process(tmp_path):
+  from arenarl_jax.data import builder  # pylint: disable=import-outside-toplevel
+  data = tmp_path / "data"
+  config = pipeline_run.make_config(str(data), overrides=OVERRIDES)
+  builder.build(builder.make_source_config(config), str(data))  # once, before the runs read it
+  port = _free_port()
+  logs = [tmp_path / "one.log", tmp_path / "two_0.log", tmp_path / "two_1.log"]
+  procs = [_start(logs[0], tmp_path / "one", data, devices=2)]
+  procs += [_start(logs[1 + i], tmp_path / "two", data, "--procs", 2, "--proc", i, "--port", port,
+                   devices=1) for i in range(2)]
+  _wait_all(procs, logs)
+
+  one, two = tmp_path / "one", tmp_path / "two"
+  # Groups: each process rolled out its own half; together, the one-process groups exactly.
+  ref = _groups(one / "groups_0.json")
+  halves = [_groups(two / f"groups_{i}.json") for i in range(2)]
+  assert [r["step"] for r in ref] == [0, 1] == [r["step"] for r in halves[0]]
+  for s, want in enumerate(ref):
+    mine = [h[s] for h in halves]
+    assert mine[0]["all_prompt_ids"] == mine[1]["all_prompt_ids"] == want["prompt_ids"]
+    assert not set(mine[0]["prompt_ids"]) & set(mine[1]["prompt_ids"])
+    assert mine[0]["prompt_ids"] + mine[1]["prompt_ids"] == want["prompt_ids"]
+    got_groups = mine[0]["groups"] + mine[1]["groups"]
+    assert [g["prompt"] for g in got_groups] == want["prompt_ids"]
+    for got, exp in zip(got_groups, want["groups"]):
+      assert got["tokens"] == exp["tokens"]
+      assert got["advantages"] == exp["advantages"]
+  # Parameters: see the module docstring for the tolerance.
+  want_params, got_params = np.load(one / "params.npz"), np.load(two / "params.npz")
+  assert sorted(want_params) == sorted(got_params)
+  for key in want_params:
+    np.testing.assert_allclose(got_params[key], want_params[key], rtol=0, atol=1e-5, err_msg=key)
+  # Process 0 wrote the metrics, with every host's rollout counts combined.
+  rows = [json.loads(line) for line in open(two / "metrics.jsonl", encoding="utf-8")]
+  ref_rows = [json.loads(line) for line in open(one / "metrics.jsonl", encoding="utf-8")]
+  assert [r["step"] for r in rows] == [1, 2]
+  for got, exp in zip(rows, ref_rows):
+    for key in ("judge/requests", "judge/matches", "rollout/tool_calls_per_trajectory",
+                "rollout/finish/answer", "advantage/zero_groups"):
+      assert got[key] == pytest.approx(exp[key], abs=1e-6), key
+    assert got["reward/mean"] == pytest.approx(exp["reward/mean"], abs=1e-5)
+  # The final evaluation (every process evaluates; process 0 prints and writes) agrees.
+  result = open(two / "result.txt", encoding="utf-8").read().strip().splitlines()[-1]
+  assert result.startswith("RESULT win_rate_vs_sft=")
+  assert result == open(one / "result.txt", encoding="utf-8").read().strip().splitlines()[-1]
+  assert sorted(os.listdir(two / "eval")) == sorted(os.listdir(one / "eval"))
+  # --mode=export's function on two processes: the same weights, written once.
+  from safetensors.numpy import load_file  # pylint: disable=import-outside-toplevel
+  want_hf, got_hf = load_file(one / "export" / "model.safetensors"), load_file(
+      two / "export" / "model.safetensors")
+  assert sorted(want_hf) == sorted(got_hf)
+  for key in want_hf:
+    np.testing.assert_allclose(got_hf[key], want_hf[key], rtol=0, atol=1e-5, err_msg=key)
