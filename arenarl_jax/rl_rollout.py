@@ -8,17 +8,28 @@ Per RL step, for this host's prompt ids (records of the dataset's ``train`` spli
     configured judge (seeded by (seed, step), so a resumed step draws the same pairings);
     ``"pointwise"`` (GRPO/GSPO): ``judge.score`` per trajectory, standardised per group.
 It returns ``(trajectories, advantages_N, stats)`` as ``train.run`` expects, with stats for the
-step's metrics: reward and advantage statistics, the share of groups whose advantages are all
-zero, sampled tokens, turns, tool calls and errors by kind, finish reasons, judge requests and
-failures, the noise-free checker's mean score (rubric judges: the learning signal without the
-judge's noise), and the time of each phase (sample = prefill/decode/extend, tools, judge).
+step's metrics (``step_stats``): reward and advantage statistics, the share of groups whose
+advantages are all zero, the correlation of winning (the advantage) with the sampled length and
+with the final answer's length, sampled tokens, turns, tool calls by tool and errors by kind,
+finish reasons, judge requests, failures, cache hits, order flips (this step's share of matches
+whose two orders disagree on the winner) and seconds inside judge calls, the anchor seeding's
+agreement with the final order (``tournament/seeding_tau``: mean Kendall tau per group, for
+anchor-seeded topologies; tournament/diagnostics.py), the noise-free checker's mean score (rubric
+judges: the learning signal without the judge's noise), and the time of each phase (sample =
+prefill/decode/extend, tools, judge).
+With a ``workdir``, the steps after which the pipeline evaluates (``eval.*``: every
+``eval.every_steps`` and the last) also write ``<workdir>/rollouts/step_<k>.jsonl``: every group
+of that RL step with its trajectories, standing, advantages and tournament match log (the judge's
+per-dimension scores in each match's ``detail``); files are never overwritten.
 Its ``state_dict`` holds the judge's call counter (the rubric judge's noise depends on it), so a
 resumed run draws the same judge noise.
 """
 from __future__ import annotations
 
+import json
+import os
 import time
-from typing import Any, Sequence
+from typing import Any, Mapping, Sequence
 
 import jax
 import ml_collections
@@ -26,11 +37,18 @@ import numpy as np
 from flax import nnx
 
 from arenarl_jax import advantages as adv_lib
+from arenarl_jax import eval_report
+from arenarl_jax import evaluate as evaluate_lib
 from arenarl_jax import tournament
 from arenarl_jax.data import records
 from arenarl_jax.envs import base, compact_schemas
 from arenarl_jax.rollout import Rollout, RolloutSettings
 from arenarl_jax.sampler import Sampler, SamplingSettings
+from arenarl_jax.tournament import diagnostics
+
+ROLLOUTS_DIR = "rollouts"
+# Judge counters whose per-step change is reported (judges/stats.py COUNTERS).
+JUDGE_DELTAS = ("cache_hits", "retries", "parse_failures", "both_orders", "order_flips")
 
 
 def make_sampler(config: ml_collections.ConfigDict, model) -> Sampler:
@@ -64,8 +82,14 @@ def tasks_from_records(source: Any) -> list[base.Task]:
   return out
 
 
-def trajectory_stats(trajectories: Sequence[Any], prefix: str) -> dict[str, float]:
-  """Lengths, turns, tool calls and errors by kind, finish reasons (means per trajectory)."""
+def trajectory_stats(trajectories: Sequence[Any], prefix: str,
+                     tool_names: Sequence[str] | None = None) -> dict[str, float]:
+  """Lengths, turns, tool calls and errors by kind, finish reasons (means per trajectory).
+
+  With ``tool_names`` (the source's tools), also the calls per trajectory of each tool
+  (``<prefix>/tool_calls/<name>``); a name the policy made up counts as ``other`` and a call that
+  did not parse as ``malformed`` (policy text never becomes a metric name).
+  """
   n = max(len(trajectories), 1)
   out: dict[str, float] = {}
   tool_log = [e for t in trajectories for e in t.metadata.get("tool_log", ())]
@@ -74,6 +98,14 @@ def trajectory_stats(trajectories: Sequence[Any], prefix: str) -> dict[str, floa
   out[f"{prefix}/turns_mean"] = float(np.mean([len(t.steps) for t in trajectories]))
   out[f"{prefix}/answer_chars_mean"] = float(np.mean([len(t.final_answer) for t in trajectories]))
   out[f"{prefix}/tool_calls_per_trajectory"] = len(tool_log) / n
+  if tool_names is not None:
+    known = set(tool_names)
+    calls = dict.fromkeys(sorted(known), 0)
+    for e in tool_log:
+      name = e.get("name")
+      key = "malformed" if name is None else name if name in known else "other"
+      calls[key] = calls.get(key, 0) + 1
+    out.update({f"{prefix}/tool_calls/{k}": v / n for k, v in calls.items()})
   errors: dict[str, int] = {}
   for e in tool_log:
     if not e["ok"]:
@@ -85,24 +117,88 @@ def trajectory_stats(trajectories: Sequence[Any], prefix: str) -> dict[str, floa
   return out
 
 
+class TimedJudge:
+  """Passes ``judge`` / ``score`` calls through to a judge and adds up the seconds spent in them."""
+
+  def __init__(self, judge: Any):
+    self.inner, self.seconds, self.calls = judge, 0.0, 0
+
+  def judge(self, matches):
+    t0 = time.perf_counter()
+    try:
+      return self.inner.judge(matches)
+    finally:
+      self.seconds += time.perf_counter() - t0
+      self.calls += 1
+
+  def score(self, trajectories):
+    t0 = time.perf_counter()
+    try:
+      return self.inner.score(trajectories)
+    finally:
+      self.seconds += time.perf_counter() - t0
+      self.calls += 1
+
+
+def judge_counters(judge: Any) -> dict[str, float]:
+  """The judge's running counters (``judge.metrics.snapshot()``; {} for a judge without them)."""
+  metrics = getattr(judge, "metrics", None)
+  return dict(metrics.snapshot()) if metrics is not None else {}
+
+
+def judge_stats(before: Mapping[str, float], after: Mapping[str, float], timed: TimedJudge
+                ) -> dict[str, float]:
+  """This step's judge metrics: counter changes, the order-flip rate among this step's matches
+  judged in both orders (left out when there were none), seconds and batched calls."""
+  out = {"judge/latency_s": timed.seconds, "judge/calls": float(timed.calls)}
+  delta = {k: float(after[k] - before.get(k, 0)) for k in JUDGE_DELTAS if k in after}
+  out.update({f"judge/{k}": v for k, v in delta.items()})
+  if delta.get("both_orders", 0) > 0:
+    out["judge/order_flip_rate"] = delta["order_flips"] / delta["both_orders"]
+  return out
+
+
+def step_stats(groups: Sequence[Sequence[Any]], adv_BG: np.ndarray, reward_BG: np.ndarray
+               ) -> dict[str, float]:
+  """Reward and advantage statistics of one step, the share of groups whose advantages are all
+  zero, and the (pooled Pearson) correlation of the advantage with the sampled tokens and with
+  the final answer's characters (0 when either side is constant)."""
+  flat = [t for g in groups for t in g]
+  adv_N = np.asarray(adv_BG, np.float64).reshape(-1)
+  sampled = np.asarray([np.sum(t.loss_mask) for t in flat], np.float64)
+  answer = np.asarray([len(t.final_answer) for t in flat], np.float64)
+  return {
+      "reward/mean": float(reward_BG.mean()), "reward/std": float(reward_BG.std()),
+      "advantage/mean": float(adv_N.mean()), "advantage/std": float(adv_N.std()),
+      "advantage/abs_max": float(np.abs(adv_N).max()),
+      "advantage/zero_groups": float(np.mean(np.all(np.abs(adv_BG) < 1e-6, axis=1))),
+      "length_win_corr": _corr(sampled, adv_N),
+      "answer_chars_win_corr": _corr(answer, adv_N),
+  }
+
+
 class AgentRollout:
   """``rollout(params, *, step, prompt_ids, all_prompt_ids, key)`` for ``train.run``."""
 
   def __init__(self, config: ml_collections.ConfigDict, env: Any, policy: Any,
-               tasks: Sequence[base.Task], judge: Any, *, truth: Any = None):
+               tasks: Sequence[base.Task], judge: Any, *, truth: Any = None,
+               workdir: str | None = None):
     self.config, self.env, self.judge, self.truth = config, env, judge, truth
+    self.workdir = workdir
     self.tasks = list(tasks)
     self.num_prompts = len(self.tasks)
     self.sampler = make_sampler(config, policy.model)
     self.rollout = Rollout(self.sampler, policy.tokenizer, RolloutSettings.from_config(config),
                            sampling_settings(config, policy.tokenizer))
     self.source = compact_schemas.tool_source(env, config.env.schemas)
+    self.tool_names = [t["name"] for t in self.source.tools()]
     self.group_size = int(config.sampling.group_size)
     if self.group_size < 2:
       raise ValueError(f"sampling.group_size must be >= 2 for RL, got {self.group_size}")
     self.advantage_source = config.advantage.source
     if self.advantage_source not in ("arena", "pointwise"):
       raise ValueError(f"advantage.source: {self.advantage_source!r} is not arena or pointwise")
+    self.eval_settings = evaluate_lib.EvalSettings.from_config(config.eval)
 
   def state_dict(self) -> dict[str, Any]:
     return {"judge_calls": int(getattr(self.judge, "_calls", 0))}
@@ -123,9 +219,12 @@ class AgentRollout:
     flat = [t for g in groups for t in g]
     t1 = time.perf_counter()
     stats: dict[str, float] = {}
+    timed, before = TimedJudge(self.judge), judge_counters(self.judge)
+    results = None
     if self.advantage_source == "arena":
       cfg = self.config
-      results = tournament.rank(groups, self.judge, cfg.tournament.topology,
+      topology = cfg.tournament.topology
+      results = tournament.rank(groups, timed, topology,
                                 np.random.default_rng([int(cfg.seed), int(step)]),
                                 failure_threshold=cfg.tournament.failure_threshold)
       adv_BG = np.stack([r.advantages for r in results])
@@ -133,26 +232,24 @@ class AgentRollout:
       stats["judge/requests"] = float(sum(r.requests for r in results))
       stats["judge/failures"] = float(sum(r.failures for r in results))
       stats["judge/matches"] = float(sum(len(r.matches) for r in results))
-      # Does the greedy anchor's seeding agree with the final order? (anchor's final rank)
+      # Does the greedy anchor's seeding agree with the final order? (anchor's final rank, and
+      # Kendall's tau between the anchor-pass scores and the final ranks where there is one)
       stats["tournament/anchor_rank_mean"] = float(np.mean([r.ranks[0] for r in results]))
+      tau = diagnostics.mean_seeding_tau(results, topology)
+      if tau is not None:
+        stats["tournament/seeding_tau"] = tau
     else:
-      scored = self.judge.score(flat)
+      scored = timed.score(flat)
       reward_BG = np.nan_to_num(np.asarray(scored.scores, np.float64)).reshape(len(groups), -1)
       adv_BG = adv_lib.pointwise_advantages(reward_BG)
       stats["judge/requests"] = float(len(flat))
       stats["judge/failures"] = float(np.sum(~np.asarray(scored.ok)))
     t2 = time.perf_counter()
-    lengths = np.asarray([t.loss_mask.sum() for t in flat], np.float64)
+    stats.update(judge_stats(before, judge_counters(self.judge), timed))
     adv_N = adv_BG.reshape(-1).astype(np.float32)
-    stats.update({
-        "reward/mean": float(reward_BG.mean()), "reward/std": float(reward_BG.std()),
-        "advantage/mean": float(adv_N.mean()), "advantage/std": float(adv_N.std()),
-        "advantage/abs_max": float(np.abs(adv_N).max()),
-        "advantage/zero_groups": float(np.mean(np.all(np.abs(adv_BG) < 1e-6, axis=1))),
-        "valid_rate": float(batch.valid_rate),
-        "length_win_corr": _corr(lengths, adv_N),
-    })
-    stats.update(trajectory_stats(flat, "rollout"))
+    stats.update(step_stats(groups, adv_BG, reward_BG))
+    stats["valid_rate"] = float(batch.valid_rate)
+    stats.update(trajectory_stats(flat, "rollout", self.tool_names))
     if self.truth is not None:
       stats["reward/checker_mean"] = float(np.mean(self.truth.score(flat).scores))
     stats.update({"time/sample_s": float(batch.stats["device_s"]),
@@ -160,7 +257,63 @@ class AgentRollout:
                   "time/rollout_host_s": float(batch.stats["host_s"]),
                   "time/judge_s": t2 - t1, "time/rollout_total_s": t2 - t0,
                   "tokens_per_s": float(batch.stats["sampled_tokens"]) / max(t1 - t0, 1e-9)})
+    done = int(step) + 1  # the step number train.run logs this rollout under
+    if self.workdir and self.eval_settings.is_due(done, int(self.config.rl.steps)):
+      write_rollouts(os.path.join(self.workdir, ROLLOUTS_DIR), done, groups, adv_BG, reward_BG,
+                     results, topology=self.config.tournament.topology)
     return flat, adv_N, stats
+
+
+def group_record(step: int, b: int, group: Sequence[Any], adv_G: np.ndarray,
+                 reward_G: np.ndarray, result: Any = None, topology: str = "") -> dict[str, Any]:
+  """One group of an RL step as a JSON-able record: its task, trajectories (conversation,
+  finish, validity, metadata), rewards, advantages and, for a tournament, the standing and the
+  match log (scores, failures, requests and the judge's ``detail``: per-dimension scores)."""
+  first = group[0]
+  rows = [{"index": g, "greedy": bool(t.metadata.get("greedy", g == 0)),
+           "finish_reason": t.finish_reason, "valid": t.finish_reason == "answer",
+           "sampled_tokens": int(np.sum(t.loss_mask)) if t.loss_mask is not None else None,
+           "tokens": None if t.tokens is None else int(len(t.tokens)),
+           "reward": float(reward_G[g]), "advantage": float(adv_G[g]),
+           "messages": list(t.messages), "metadata": dict(t.metadata)}
+          for g, t in enumerate(group)]
+  out = {"kind": "group", "step": int(step), "group": int(b),
+         "task_id": first.metadata.get("task_id"), "subtask": eval_report.subtask_of(first),
+         "query": first.query, "trajectories": rows}
+  if result is not None:
+    out.update({"topology": topology, "order": list(result.order),
+                "ranks": result.ranks, "base_rewards": result.base_rewards,
+                "requests": result.requests, "failures": result.failures,
+                "matches": [{"i": m.i, "j": m.j, "score_p": r.score_p, "score_q": r.score_q,
+                             "ok": r.ok, "error": r.error, "requests": r.requests,
+                             "detail": r.detail} for m, r in result.matches]})
+    if diagnostics.registry.TOPOLOGIES[topology].anchor_seeded:
+      out["seeding_tau"] = diagnostics.seeding_tau(result)
+  return eval_report.jsonable(out)
+
+
+def write_rollouts(directory: str, step: int, groups: Sequence[Sequence[Any]], adv_BG: np.ndarray,
+                   reward_BG: np.ndarray, results: Sequence[Any] | None = None, *,
+                   topology: str = "") -> str:
+  """Writes ``<directory>/step_<step:08d>.jsonl`` (``_p<process>`` on a multi-process run; then
+  ``_1``, ``_2``, ... when it exists: never overwritten), one ``group_record`` per line."""
+  os.makedirs(directory, exist_ok=True)
+  name = f"step_{int(step):08d}"
+  if jax.process_count() > 1:
+    name += f"_p{jax.process_index()}"
+  for n in range(10_000):
+    path = os.path.join(directory, name + (f"_{n}" if n else "") + ".jsonl")
+    try:
+      f = open(path, "x", encoding="utf-8")  # pylint: disable=consider-using-with
+    except FileExistsError:
+      continue
+    with f:
+      for b, group in enumerate(groups):
+        rec = group_record(step, b, group, adv_BG[b], reward_BG[b],
+                           None if results is None else results[b], topology)
+        f.write(json.dumps(rec, ensure_ascii=False) + "\n")
+    return path
+  raise FileExistsError(f"{directory}: too many rollout files named {name}_*.jsonl")
 
 
 def _corr(x: np.ndarray, y: np.ndarray) -> float:
