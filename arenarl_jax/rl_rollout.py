@@ -287,7 +287,7 @@ def group_record(step: int, b: int, group: Sequence[Any], adv_G: np.ndarray,
                 "matches": [{"i": m.i, "j": m.j, "score_p": r.score_p, "score_q": r.score_q,
                              "ok": r.ok, "error": r.error, "requests": r.requests,
                              "detail": r.detail} for m, r in result.matches]})
-    if diagnostics.registry.TOPOLOGIES[topology].anchor_seeded:
+    if tournament.TOPOLOGIES[topology].anchor_seeded:
       out["seeding_tau"] = diagnostics.seeding_tau(result)
   return eval_report.jsonable(out)
 
