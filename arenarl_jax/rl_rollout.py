@@ -12,7 +12,8 @@ step's metrics (``step_stats``): reward and advantage statistics, the share of g
 advantages are all zero, the correlation of winning (the advantage) with the sampled length and
 with the final answer's length, sampled tokens, turns, tool calls by tool and errors by kind,
 finish reasons, judge requests, failures, cache hits, order flips (this step's share of matches
-whose two orders disagree on the winner) and seconds inside judge calls, the anchor seeding's
+whose two orders disagree on the winner), the seconds inside judge calls and the mean tool-call
+latency (under ``time/``, like every timing), the anchor seeding's
 agreement with the final order (``tournament/seeding_tau``: mean Kendall tau per group, for
 anchor-seeded topologies; tournament/diagnostics.py), the noise-free checker's mean score (rubric
 judges: the learning signal without the judge's noise), and the time of each phase (sample =
@@ -98,6 +99,9 @@ def trajectory_stats(trajectories: Sequence[Any], prefix: str,
   out[f"{prefix}/turns_mean"] = float(np.mean([len(t.steps) for t in trajectories]))
   out[f"{prefix}/answer_chars_mean"] = float(np.mean([len(t.final_answer) for t in trajectories]))
   out[f"{prefix}/tool_calls_per_trajectory"] = len(tool_log) / n
+  latencies = [float(e.get("latency_s", 0.0)) for e in tool_log if e.get("name") is not None]
+  if latencies:  # a timing: under time/ (metrics.without_timings drops it)
+    out[f"time/{prefix}/tool_call_mean_s"] = float(np.mean(latencies))
   if tool_names is not None:
     known = set(tool_names)
     calls = dict.fromkeys(sorted(known), 0)
@@ -149,8 +153,9 @@ def judge_counters(judge: Any) -> dict[str, float]:
 def judge_stats(before: Mapping[str, float], after: Mapping[str, float], timed: TimedJudge
                 ) -> dict[str, float]:
   """This step's judge metrics: counter changes, the order-flip rate among this step's matches
-  judged in both orders (left out when there were none), seconds and batched calls."""
-  out = {"judge/latency_s": timed.seconds, "judge/calls": float(timed.calls)}
+  judged in both orders (left out when there were none), batched calls and the seconds spent
+  inside them (``time/judge_calls_s``: a timing, so under ``time/``)."""
+  out = {"time/judge_calls_s": timed.seconds, "judge/calls": float(timed.calls)}
   delta = {k: float(after[k] - before.get(k, 0)) for k in JUDGE_DELTAS if k in after}
   out.update({f"judge/{k}": v for k, v in delta.items()})
   if delta.get("both_orders", 0) > 0:

@@ -4,16 +4,21 @@
 
 The same command runs on every host of the pod (``distributed.initialize``: JAX finds the
 coordinator and the process ids itself on Cloud TPU). The policy is the checkpoint at ``ckpt``
-(``model.source``: an HF directory with config.json, *.safetensors and the tokenizer, read on
-every host; each host reads only its shards), float32 master parameters and bfloat16 compute
-(``model.compute_dtype``), laid out over a data x fsdp x tensor mesh (``mesh.*``: tensor
+(``model.source``: an HF directory with config.json, *.safetensors and the tokenizer, on a disk
+every host can read), float32 master parameters and bfloat16 compute (``model.compute_dtype``);
+the trainers lay the parameters out over a data x fsdp x tensor mesh (``mesh.*``: tensor
 parallel within a host's 4 chips, fsdp over 8, data over the rest; every parameter's layout
 comes from ``sharding.py``'s partition rules). Each host rolls out, runs the travel tools for
-and judges its own groups. The judge is an OpenAI-compatible server (vLLM, SGLang, llama.cpp,
-a hosted API) at ``judge_url`` serving ``judge_model``; the API key is read from the environment
-variable named by ``judge.http.api_key_env`` (JUDGE_API_KEY) and never from the config. SFT on
-the expert's travel conversations, ArenaRL (seeded single elimination, groups of 8), evaluation
-by the noise-free checker every 50 steps and at the end.
+and judges its own groups. Known limits of the code it runs on: ``policy.make_policy`` reads
+the whole checkpoint on every host before the trainers shard it (``load_model(mesh=...)``
+could read each host's shards only), and the rollout's sampler holds a full parameter copy on
+one chip per host (32 GB in float32: a v5p or larger chip).
+
+The judge is an OpenAI-compatible server (vLLM, SGLang, llama.cpp, a hosted API) at
+``judge_url`` serving ``judge_model``; the API key is read from the environment variable named
+by ``judge.http.api_key_env`` (JUDGE_API_KEY) and never from the config. SFT on the expert's
+travel conversations, ArenaRL (seeded single elimination, groups of 8), evaluation by the
+noise-free checker every 50 steps and at the end.
 
 This config cannot run on a CPU: tests/test_config_runs.py checks that it builds, that the model
 initialises abstractly (no memory), that every parameter's sharding is valid on the pod's mesh

@@ -60,7 +60,7 @@ def read_jsonl(path):
 def check_run_outputs(work, final_step):
   """Per-step metrics with the diagnostics, eval and rollout logs with match logs and scores."""
   rows = read_jsonl(os.path.join(work, "metrics.jsonl"))
-  for key in ("judge/latency_s", "judge/order_flip_rate", "judge/cache_hits",
+  for key in ("time/judge_calls_s", "judge/order_flip_rate", "judge/cache_hits",
               "answer_chars_win_corr", "advantage/zero_groups",
               "rollout/tool_calls_per_trajectory"):
     assert key in rows[-1], key

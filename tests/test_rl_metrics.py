@@ -94,12 +94,12 @@ def test_judge_stats_are_this_steps_deltas():
   assert out["judge/cache_hits"] == 2
   assert out["judge/both_orders"] == 3 and out["judge/order_flips"] == 1
   assert out["judge/order_flip_rate"] == pytest.approx(1 / 3)
-  assert out["judge/calls"] == 1 and out["judge/latency_s"] >= 0.0
+  assert out["judge/calls"] == 1 and out["time/judge_calls_s"] >= 0.0
   # A judge without counters reports only its time; no matches judged twice: no flip rate.
   plain = rl_rollout.TimedJudge(ScoreMatrixJudge(SEEDED))
   tournament.rank([make_group(4)], plain, "single_elimination", 0)
   out = rl_rollout.judge_stats({}, {}, plain)
-  assert set(out) == {"judge/latency_s", "judge/calls"} and out["judge/calls"] == 3
+  assert set(out) == {"time/judge_calls_s", "judge/calls"} and out["judge/calls"] == 3
 
 
 def traj(sampled, answer, log=()):
@@ -124,8 +124,8 @@ def test_step_stats_correlations_and_zero_groups():
 
 
 def test_tool_calls_by_tool_never_name_metrics_after_policy_text():
-  ok = {"ok": True, "error_kind": None}
-  log_a = [dict(ok, name="search_poi"), dict(ok, name="search_poi"),
+  ok = {"ok": True, "error_kind": None, "latency_s": 0.5}
+  log_a = [dict(ok, name="search_poi"), dict(ok, name="search_poi", latency_s=1.5),
            dict(ok, name="<script>made_up"), {"ok": False, "error_kind": "bad_arguments",
                                               "name": None}]
   out = rl_rollout.trajectory_stats([traj(1, "a", log_a), traj(1, "b", [dict(ok, name="route")])],
@@ -135,6 +135,8 @@ def test_tool_calls_by_tool_never_name_metrics_after_policy_text():
   assert out["r/tool_calls/other"] == 0.5 and out["r/tool_calls/malformed"] == 0.5
   assert out["r/tool_errors/bad_arguments"] == 1.0 and out["r/tool_calls_per_trajectory"] == 2.5
   assert not any("script" in k for k in out)
+  # Mean latency of the calls that reached a tool: (0.5 + 1.5 + 0.5 + 0.5) / 4.
+  assert out["time/r/tool_call_mean_s"] == pytest.approx(0.75)
 
 
 def test_rollout_log_holds_matches_and_scores_and_is_never_overwritten(tmp_path):
