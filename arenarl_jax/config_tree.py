@@ -56,6 +56,9 @@ def make_base_config() -> ml_collections.ConfigDict:
       # auto | reference | dot_product_attention | cpu_kernel (models/attention_choice.py);
       # auto = cpu_kernel on CPU, dot_product_attention on GPU/TPU.
       attention="auto",
+      # > 0: keep only the first N blocks of the loaded model.source (real pretrained weights in
+      # seconds: the :smoke runs of pretrained configs); 0 = all. Ignored with model.init.preset.
+      keep_layers=0,
   )
   c.env = dict(
       name="travel",  # travel | research (arenarl_jax/envs/base.py registry)

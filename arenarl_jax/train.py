@@ -370,7 +370,8 @@ def pipeline(config: ml_collections.ConfigDict, workdir: str,
     tasks = rl_rollout.tasks_from_records(builder.data_source(data_path, "train"))
     truth = eval_lib.checker_judge(env) if config.judge.backend == "rubric" else None
     rollout = rl_rollout.AgentRollout(config, env, policy, tasks,
-                                      make_training_judge(config, env), truth=truth)
+                                      make_training_judge(config, env), truth=truth,
+                                      workdir=workdir)
 
     def on_step(step, state, writer):
       every = int(config.eval.every_steps)

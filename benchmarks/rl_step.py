@@ -1,12 +1,17 @@
 """One full RL step of the quickstart's shape, time per phase (the pipeline's own loop and rollout).
 
   .venv/bin/python benchmarks/rl_step.py                  # the quickstart's shape
+  .venv/bin/python benchmarks/rl_step.py --from_workdir=runs/quickstart   # its trained policy
   .venv/bin/python benchmarks/rl_step.py --arg=smoke      # seconds: the smoke config
 
 Runs ``train.run`` with the agent rollout (``rl_rollout.AgentRollout``: sampler on the current
 parameters, travel tools, the noisy rubric judge, seeded single elimination) for ``--steps`` RL
-steps from a freshly initialised policy (no SFT: the step's shape, not its quality, is measured)
-and reports the LAST step (the first one compiles). Phases, from the step's metrics:
+steps and reports the LAST step (the first one compiles). The policy is freshly initialised by
+default (the step's shape; a random policy calls no tools, so its rollouts are not typical);
+``--from_workdir`` starts from a quickstart run's policy instead (its saved tokenizer and its
+newest RL checkpoint, else its SFT checkpoint): a typical step, with tool calls. The run itself
+goes to a fresh temporary directory; the source workdir is only read. Phases, from the step's
+metrics:
   sample  prefill + decode + extend calls (device compute, waited for)
   tools   the tool phases of the rollout
   judge   the tournament (all judge calls and its bookkeeping)
@@ -20,20 +25,49 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import sys
 import tempfile
+
+import jax
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(ROOT, "configs"))
 
 
-def main():
+def start_policy(config, workdir: str, env, from_workdir: str):
+  """The policy the step starts from: fresh (``from_workdir`` empty), else the run's newest RL
+  checkpoint or, without one, its SFT checkpoint (with the run's saved tokenizer)."""
+  from arenarl_jax import policy as policy_lib  # pylint: disable=import-outside-toplevel
+  from arenarl_jax import sft, train  # pylint: disable=import-outside-toplevel
+  if not from_workdir:
+    return policy_lib.make_policy(config, workdir, env), "init"
+  saved = os.path.join(from_workdir, policy_lib.TOKENIZER_DIR)
+  if not os.path.isfile(os.path.join(saved, "tokenizer.json")):
+    raise FileNotFoundError(f"--from_workdir={from_workdir}: no {policy_lib.TOKENIZER_DIR}/"
+                            "tokenizer.json (not a workdir of a run of this config)")
+  shutil.copytree(saved, os.path.join(workdir, policy_lib.TOKENIZER_DIR))  # the run's ids
+  policy = policy_lib.make_policy(config, workdir, env)
+  params, step = train._rl_params(config, from_workdir, policy.model)  # pylint: disable=protected-access
+  source = f"rl_step_{step}"
+  if params is None:
+    if not sft.has_checkpoint(from_workdir):
+      raise FileNotFoundError(f"--from_workdir={from_workdir}: neither checkpoints/ nor "
+                              f"{sft.SFT_DIR}/checkpoints holds a policy")
+    params, source = sft.restore_params(config, from_workdir, policy), "sft"
+  policy.model = train._with_params(policy.model, jax.device_get(params))  # pylint: disable=protected-access
+  return policy, source
+
+
+def main(argv=None):
   parser = argparse.ArgumentParser()
   parser.add_argument("--arg", default="", help="configs/quickstart.py arg, e.g. smoke")
   parser.add_argument("--steps", type=int, default=2)
-  args = parser.parse_args()
+  parser.add_argument("--from_workdir", default="",
+                      help="start from this quickstart run's policy (RL checkpoint, else SFT)")
+  args = parser.parse_args(argv)
   import quickstart  # pylint: disable=import-outside-toplevel
-  from arenarl_jax import evaluator, policy as policy_lib, rl_rollout, sft, train
+  from arenarl_jax import evaluator, rl_rollout, sft, train
   from arenarl_jax.data import builder
   from arenarl_jax.envs import base
 
@@ -46,7 +80,7 @@ def main():
     config.metrics.tensorboard = False
   workdir = tempfile.mkdtemp(prefix="rl_step_")
   env = base.make_environment_from_config(config.env)
-  policy = policy_lib.make_policy(config, workdir, env)
+  policy, source = start_policy(config, workdir, env, args.from_workdir)
   tasks = rl_rollout.tasks_from_records(builder.data_source(sft.dataset_path(config), "train"))
   rollout = rl_rollout.AgentRollout(config, env, policy, tasks,
                                     train.make_training_judge(config, env),
@@ -58,10 +92,11 @@ def main():
   sample, tools, judge = last["time/sample_s"], last["time/tools_s"], last["time/judge_s"]
   update = last["time/update_s"]
   host = max(step - sample - tools - judge - update, 0.0)
-  print(f"rows={config.rl.prompts_per_step * config.sampling.group_size} "
+  print(f"policy={source} rows={config.rl.prompts_per_step * config.sampling.group_size} "
         f"sampled_tokens_mean={last['rollout/sampled_tokens_mean']:.0f} "
         f"length_mean={last['rollout/length_mean']:.0f} tools_s={tools:.3f} "
-        f"judge_requests={last['judge/requests']:.0f}")
+        f"judge_requests={last['judge/requests']:.0f} "
+        f"tool_calls_per_trajectory={last['rollout/tool_calls_per_trajectory']:.2f}")
   print(f"RESULT step_s={step:.3f} sample_frac={sample / step:.3f} judge_frac={judge / step:.3f} "
         f"update_frac={update / step:.3f} host_frac={host / step:.3f}")
 

@@ -39,7 +39,19 @@ def _arg_variants(args: dict):
 
 def test_expected_config_files_exist():
   names = {os.path.basename(p) for p in CONFIG_FILES}
-  assert "quickstart.py" in names
+  assert {"quickstart.py", "smollm2_travel.py", "research_quickstart.py",
+          "qwen3_8b_pod.py"} <= names
+
+
+def test_new_keys_have_defaults_and_typos_name_the_key():
+  base = config_tree.make_base_config()
+  assert base.model.keep_layers == 0  # all layers unless a config cuts the model
+  module = _load(os.path.join(ROOT, "configs", "smollm2_travel.py"))
+  c = module.get_config("smoke")
+  with pytest.raises(AttributeError, match="keep_layer"):
+    c.model.keep_layer = 2
+  with pytest.raises(ValueError, match="judge_urll"):
+    _load(os.path.join(ROOT, "configs", "qwen3_8b_pod.py")).get_config("judge_urll=x")
 
 
 @pytest.mark.parametrize("path", CONFIG_FILES, ids=os.path.basename)

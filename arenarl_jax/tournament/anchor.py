@@ -24,4 +24,4 @@ def num_matches(n: int) -> int:
   return n - 1
 
 
-ANCHOR = topology.Topology("anchor", play, num_matches, uses_rng=False)
+ANCHOR = topology.Topology("anchor", play, num_matches, uses_rng=False, anchor_seeded=True)

@@ -91,4 +91,5 @@ def num_matches(n: int) -> int:
   return 2 * n - 2
 
 
-SINGLE_ELIMINATION = topology.Topology("single_elimination", play, num_matches, uses_rng=False)
+SINGLE_ELIMINATION = topology.Topology("single_elimination", play, num_matches, uses_rng=False,
+                                       anchor_seeded=True)

