@@ -392,8 +392,11 @@ def test_native_server_command_has_slots_threads_and_no_key(tmp_path):
                                      api_key="k-secret", n_ctx=1024, n_threads=2,
                                      n_threads_batch=2)
   cmd = s.command()
-  assert "k-secret" not in " ".join(cmd) and s.environment()["LLAMA_API_KEY"] == "k-secret"
-  assert cmd[cmd.index("--parallel") + 1] == "4" and "--cont-batching" in cmd
+  env = s.environment()
+  assert "k-secret" not in " ".join(cmd) and env["LLAMA_API_KEY"] == "k-secret"
+  assert env["LLAMA_ARG_API_KEY"] == "k-secret"
+  assert cmd[cmd.index("-np") + 1] == "4" and "--cont-batching" in cmd and "--no-webui" in cmd
+  assert cmd[cmd.index("--host") + 1] == "127.0.0.1" and cmd[cmd.index("-t") + 1] == "2"
   assert cmd[cmd.index("-c") + 1] == "4096" and cmd[cmd.index("-tb") + 1] == "2"
 
 
