@@ -82,7 +82,9 @@ class FlaxJudgeConfig:
   # Logit mode: that part runs in blocks this long (with the reference attention: less masked
   # attention; on the CPU kernel, 128 measured faster than 256).
   block_tokens: int = 128
-  max_new_tokens: int = 384  # generative: verdict bound (full travel verdict ~180 SmolLM2 tokens)
+  # generative without constraints: verdict bound (full travel verdict ~180 SmolLM2 tokens); the
+  # constrained verdict has a fixed length (~120-134 tokens for travel).
+  max_new_tokens: int = 384
   temperature: float = 0.0  # generative: 0 = greedy
   # generative: decode under the compact verdict's grammar (flax_constrained), so every reply
   # parses; False decodes freely (the verdict shape then follows judge.compact).

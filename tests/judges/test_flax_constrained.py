@@ -75,6 +75,15 @@ def test_a_tokenizer_that_merges_a_score_with_the_text_is_refused():
     flax_constrained.build_grammar(MergingTokenizer(), rubric_lib.TRAVEL, "pairwise")
 
 
+def test_constrained_is_a_checked_option_and_sets_the_compact_prompt():
+  with pytest.raises(ValueError, match="judge.flax.constrained"):
+    flax_judge.FlaxJudgeConfig(mode="generative", constrained="yes")
+  free = flax_judge.FlaxJudgeConfig(mode="generative", constrained=False)
+  model = make_model(ONE_LAYER)
+  assert flax_judge.FlaxJudge(model, None, free, compact=False).compact is False
+  assert flax_judge.FlaxJudge(model, None, GEN, compact=False).compact is True
+
+
 # ---------------------------------------------------------------- every reply parses
 def test_every_verdict_of_a_random_model_parses_greedy_and_sampled(tok):
   ms = judge_fakes.matches([(1, 8), (9, 2)])
