@@ -13,8 +13,9 @@ a time: no slots, no continuous batching); ``native:S`` is llama.cpp's own ``lla
 S parallel slots and continuous batching (``--server_binary``, ``$LLAMA_SERVER_BIN``, PATH or
 ``scripts/build_llama_server.sh``'s output; skipped with the reason printed when absent). Each
 server's configuration is printed; the best configuration's rate is ``http_matches_s``.
-~300-token trajectories; the travel rubric with the compact, JSON-schema-constrained verdict
-(~130 generated tokens per request); one match = two requests, all in flight together. One
+~300-token trajectories; the travel rubric with the compact verdict, constrained by its exact
+grammar (``--http_format gbnf``, the same tokens as the Flax generative mode: ~120-134 per
+request) or its JSON schema (``schema``); one match = two requests, all in flight together. One
 warm-up match is excluded from the timing.
 
 Flax part: ``FlaxJudge`` on SmolLM2 (float32, in this process) judging the same matches in one
@@ -155,11 +156,15 @@ def make_server(kind: str, slots: int, args) -> local_server.LlamaServer:
 def bench_http(matches: list[Match], kind: str, slots: int, args) -> tuple[float, dict, list]:
   """Matches/s of the HTTP judge against one local llama.cpp server, its metrics and results.
 
-  Both servers constrain the reply with the verdict's JSON schema: the native one takes OpenAI's
-  ``json_schema`` response format, llama-cpp-python's only its ``json_object`` + ``schema`` form.
+  ``--http_format gbnf`` (default): both servers get the verdict's exact grammar (the compact
+  skeleton with single spaces, scores 0..10: the tokens the Flax generative mode writes, ~120-134
+  per reply); ``schema``: its JSON schema (llama.cpp's grammar then allows whitespace: SmolLM2
+  writes ~175 tokens per reply), as OpenAI's ``json_schema`` form for the native server and the
+  ``json_object`` + ``schema`` form that llama-cpp-python's server takes.
   """
   server = make_server(kind, slots, args)
-  response_format = "json_schema" if kind == "native" else "json_object_schema"
+  response_format = ("gbnf" if args.http_format == "gbnf" else
+                     "json_schema" if kind == "native" else "json_object_schema")
   print(f"http server {kind}:{slots}: {type(server).__name__} {server.settings()}, "
         f"response_format={response_format}")
   with server:
@@ -249,6 +254,8 @@ def main() -> None:
                       help="HTTP configurations, measured one after the other: 'python' and/or "
                            "'native:SLOTS'; the best is http_matches_s")
   parser.add_argument("--server_binary", default="", help="llama.cpp's llama-server")
+  parser.add_argument("--http_format", choices=("gbnf", "schema"), default="gbnf",
+                      help="the HTTP side's constraint: the verdict's grammar or JSON schema")
   parser.add_argument("--n_threads", type=int, default=2, help="llama.cpp decode threads")
   parser.add_argument("--n_threads_batch", type=int, default=2,
                       help="llama.cpp prompt-processing threads")

@@ -1,6 +1,6 @@
 """llama.cpp's own ``llama-server`` (parallel slots) as the HTTP judge's server: started on
-127.0.0.1 with the key from the environment, it honours OpenAI's ``json_schema`` response format
-(no fallback), every reply parses, and a wrong key is refused. The binary is not part of setup
+127.0.0.1 with the key from the environment, it honours the verdict's GBNF grammar (no fallback;
+the reply is the compact skeleton exactly), every reply parses, and a wrong key is refused. The binary is not part of setup
 (``scripts/build_llama_server.sh`` builds it): without one this module is skipped."""
 import os
 import secrets
@@ -34,10 +34,10 @@ def native():
     server.stop()
 
 
-def test_native_server_serves_schema_constrained_verdicts(native):
+def test_native_server_serves_grammar_constrained_verdicts(native):
   assert native.host == "127.0.0.1"
   config = http.HttpJudgeConfig(base_url=native.base_url, model="smollm2", api_key_env=KEY_ENV,
-                                response_format="json_schema", max_tokens=160,
+                                response_format="gbnf", max_tokens=160,
                                 max_concurrency=4, timeout_s=300.0, parse_retries=0)
   judge = http.HttpJudge(config, "travel", compact=True)
   results = judge.judge(judge_fakes.matches([(3, 7)]))
