@@ -1,32 +1,38 @@
 """Judge throughput in matches/s: local Flax judge (logit and generative mode) vs the HTTP judge.
 
-  .venv/bin/python benchmarks/judge.py                     # all parts
+  .venv/bin/python benchmarks/judge.py                     # all parts, every HTTP configuration
   .venv/bin/python benchmarks/judge.py --http_matches 8 --n_threads 2 --n_threads_batch 2
-  .venv/bin/python benchmarks/judge.py --server native --server_binary /path/llama-server --parallel 4
+  .venv/bin/python benchmarks/judge.py --servers native:4,native:8 --server_binary /path/llama-server
   .venv/bin/python benchmarks/judge.py --http_matches 0 --flax_matches 16   # Flax only
 
-HTTP part: an OpenAI-compatible llama.cpp server with the SmolLM2-135M GGUF, started here on
-127.0.0.1 with explicit ``n_threads`` (decode) and ``n_threads_batch`` (prompt processing):
-``--server python`` is llama-cpp-python's server (one request at a time: no slots, no continuous
-batching); ``--server native`` is llama.cpp's own ``llama-server`` with ``--parallel`` slots and
-continuous batching (``--server_binary``, ``$LLAMA_SERVER_BIN`` or PATH); ``auto`` (default)
-takes native when the binary is found. The server's configuration is printed. ~300-token
-trajectories; the travel rubric with the compact, JSON-schema-constrained verdict (~130 generated
-tokens per request); one match = two requests, all in flight together. One warm-up match is
-excluded from the timing.
+HTTP part: OpenAI-compatible llama.cpp servers with the SmolLM2-135M GGUF, each started here on
+127.0.0.1 with explicit ``n_threads`` (decode) and ``n_threads_batch`` (prompt processing) and
+measured one after the other on the same matches (``--servers``, default
+``python,native:1,native:4,native:8``): ``python`` is llama-cpp-python's server (one request at
+a time: no slots, no continuous batching); ``native:S`` is llama.cpp's own ``llama-server`` with
+S parallel slots and continuous batching (``--server_binary``, ``$LLAMA_SERVER_BIN``, PATH or
+``scripts/build_llama_server.sh``'s output; skipped with the reason printed when absent). Each
+server's configuration is printed; the best configuration's rate is ``http_matches_s``.
+~300-token trajectories; the travel rubric with the compact verdict, constrained by its exact
+grammar (``--http_format gbnf``, the same tokens as the Flax generative mode: ~120-134 per
+request) or its JSON schema (``schema``); one match = two requests, all in flight together. One
+warm-up match is excluded from the timing.
 
 Flax part: ``FlaxJudge`` on SmolLM2 (float32, in this process) judging the same matches in one
 batched call per mode: the rubric prefix prefilled once, rows in chunks of ``--flax_max_rows``.
 Logit mode generates nothing (one teacher-forced pass reads the score distributions); generative
-mode writes the same compact verdict the HTTP judge asks for (unconstrained, greedy, at most
-``--max_tokens`` tokens) and parses it strictly. A warm-up call compiles each mode's programs.
+mode writes the same compact verdict the HTTP judge asks for, greedy, under the verdict's grammar
+(``judges/flax_constrained.py``: the fixed text forced, the scores restricted to 0..10, as the
+HTTP side's JSON schema constrains them), and parses it strictly. A warm-up call compiles each
+mode's programs.
 
 Agreement: the fraction of matches (judged ok by both) where the two modes name the same winner
 (P, Q or tie), and each backend's agreement with the ground truth: every trajectory has a known
 quality, and the programmatic rubric judge with no noise gives the reference verdicts. With a
 135M judge these say more about the model than about the method. Ends with one line:
 ``RESULT flax_logit_matches_s=... flax_generative_matches_s=... http_matches_s=...
-logit_vs_generative_agreement=...`` (plus truth agreements). Timings on a shared machine are noisy.
+logit_vs_generative_agreement=...`` (plus truth agreements and the best HTTP configuration).
+Timings on a shared machine are noisy.
 """
 from __future__ import annotations
 
@@ -120,29 +126,52 @@ def agreement(a: list[int | None], b: list[int | None]) -> tuple[float, int]:
   return (sum(x == y for x, y in pairs) / len(pairs) if pairs else math.nan), len(pairs)
 
 
-def make_server(args) -> local_server.LlamaServer:
-  """The HTTP side's server: llama.cpp's native server when asked for (or found, with auto)."""
+def server_configs(args) -> list[tuple[str, int]]:
+  """The HTTP configurations to measure: ("python", 1) and ("native", slots) entries of
+  ``--servers``; native ones are dropped (with the reason printed) when no binary is found."""
+  out = []
+  binary = local_server.find_native_server(args.server_binary)
+  for item in [x.strip() for x in args.servers.split(",") if x.strip()]:
+    kind, _, slots = item.partition(":")
+    if kind not in ("python", "native") or (kind == "python" and slots):
+      raise SystemExit(f"--servers: {item!r} is neither 'python' nor 'native:SLOTS'")
+    if kind == "native" and binary is None:
+      print(f"http {item}: skipped, no llama-server binary (--server_binary, $LLAMA_SERVER_BIN, "
+            f"PATH or {local_server.BUILT_SERVER}; scripts/build_llama_server.sh builds it)")
+      continue
+    out.append((kind, int(slots or 1)))
+  return out
+
+
+def make_server(kind: str, slots: int, args) -> local_server.LlamaServer:
+  """llama-cpp-python's server (one request at a time) or llama.cpp's with ``slots`` slots."""
   model = find_smollm2_gguf()
   threads = dict(n_threads=args.n_threads, n_threads_batch=args.n_threads_batch)
-  binary = local_server.find_native_server(args.server_binary)
-  if args.server == "native" and binary is None:
-    raise SystemExit("--server native: no llama-server binary (--server_binary, "
-                     "$LLAMA_SERVER_BIN or PATH)")
-  if args.server != "python" and binary is not None:
-    return local_server.NativeLlamaServer(binary, model, parallel=args.parallel, n_ctx=2048,
-                                          **threads)
+  if kind == "native":
+    return local_server.NativeLlamaServer(local_server.find_native_server(args.server_binary),
+                                          model, parallel=slots, n_ctx=2048, **threads)
   return local_server.LlamaServer(model, n_ctx=2048, **threads)
 
 
-def bench_http(matches: list[Match], args) -> tuple[float, dict, list]:
-  """Matches/s of the HTTP judge against a local llama.cpp server, its metrics and results."""
-  server = make_server(args)
-  print(f"http server: {type(server).__name__} {server.settings()}")
+def bench_http(matches: list[Match], kind: str, slots: int, args) -> tuple[float, dict, list]:
+  """Matches/s of the HTTP judge against one local llama.cpp server, its metrics and results.
+
+  ``--http_format gbnf`` (default): both servers get the verdict's exact grammar (the compact
+  skeleton with single spaces, scores 0..10: the tokens the Flax generative mode writes, ~120-134
+  per reply); ``schema``: its JSON schema (llama.cpp's grammar then allows whitespace: SmolLM2
+  writes ~175 tokens per reply), as OpenAI's ``json_schema`` form for the native server and the
+  ``json_object`` + ``schema`` form that llama-cpp-python's server takes.
+  """
+  server = make_server(kind, slots, args)
+  response_format = ("gbnf" if args.http_format == "gbnf" else
+                     "json_schema" if kind == "native" else "json_object_schema")
+  print(f"http server {kind}:{slots}: {type(server).__name__} {server.settings()}, "
+        f"response_format={response_format}")
   with server:
     config = http.HttpJudgeConfig(base_url=server.base_url, model="smollm2",
-                                  response_format="json_object_schema",
+                                  response_format=response_format,
                                   max_tokens=args.max_tokens,
-                                  max_concurrency=2 * len(matches), timeout_s=600.0,
+                                  max_concurrency=2 * len(matches), timeout_s=900.0,
                                   parse_retries=0)
     judge = http.HttpJudge(config, "travel", compact=True)
     judge.judge(make_matches(1, seed=99))  # warm-up
@@ -221,9 +250,12 @@ def main() -> None:
   parser.add_argument("--generative_matches", type=int, default=16,
                       help="Flax generative-mode matches (the first of the Flax ones); 0 skips")
   parser.add_argument("--flax_max_rows", type=int, default=8, help="rows per compiled call")
-  parser.add_argument("--server", choices=("auto", "python", "native"), default="auto")
+  parser.add_argument("--servers", default="python,native:1,native:4,native:8",
+                      help="HTTP configurations, measured one after the other: 'python' and/or "
+                           "'native:SLOTS'; the best is http_matches_s")
   parser.add_argument("--server_binary", default="", help="llama.cpp's llama-server")
-  parser.add_argument("--parallel", type=int, default=4, help="native server slots")
+  parser.add_argument("--http_format", choices=("gbnf", "schema"), default="gbnf",
+                      help="the HTTP side's constraint: the verdict's grammar or JSON schema")
   parser.add_argument("--n_threads", type=int, default=2, help="llama.cpp decode threads")
   parser.add_argument("--n_threads_batch", type=int, default=2,
                       help="llama.cpp prompt-processing threads")
@@ -252,18 +284,27 @@ def main() -> None:
     rate["generative"], m, res = bench_flax(matches[:n], args.flax_max_rows, "generative",
                                             args.max_tokens, attention=args.attention)
     verdicts["generative"] = winners(res)
-    print(f"flax generative: {n} matches ({m['rows']} prompts, compact verdict, at most "
-          f"{args.max_tokens} new tokens, greedy): {rate['generative']:.4f} matches/s; "
+    print(f"flax generative: {n} matches ({m['rows']} prompts, compact verdict under its grammar, "
+          f"{m['generated_tokens'] / max(m['rows'], 1):.0f} tokens per verdict, greedy): "
+          f"{rate['generative']:.4f} matches/s; "
           f"ok={m['ok_matches']}, parse_failures={m['parse_failures']}, calls={m['calls']}, "
           f"order flips = {m['order_flip_rate']:.3f}; warm-up {m['warmup_s']:.0f} s"
           + (f"; first error: {m['first_error']}" if m["first_error"] else ""))
+  best_config = "none"
   if args.http_matches:
-    rate["http"], m, res = bench_http(matches[:args.http_matches], args)
-    verdicts["http"] = winners(res)
-    print(f"http: {args.http_matches} matches ({m['requests']} requests): {rate['http']:.4f} "
-          f"matches/s; ok={m['ok_matches']}, parse_failures={m['parse_failures']}, order flips "
-          f"= {m['order_flip_rate']:.3f}, latency p50/p90/p99 = {m['latency_ms_p50']:.0f}/"
-          f"{m['latency_ms_p90']:.0f}/{m['latency_ms_p99']:.0f} ms")
+    for kind, slots in server_configs(args):
+      name = "python" if kind == "python" else f"native_np{slots}"
+      r, m, res = bench_http(matches[:args.http_matches], kind, slots, args)
+      a, n = agreement(winners(res), reference)
+      print(f"http {name}: {args.http_matches} matches ({m['requests']} requests): {r:.4f} "
+            f"matches/s; ok={m['ok_matches']}, parse_failures={m['parse_failures']}, "
+            f"format_fallbacks={m['format_fallbacks']}, order flips = "
+            f"{m['order_flip_rate']:.3f}, latency p50/p90/p99 = {m['latency_ms_p50']:.0f}/"
+            f"{m['latency_ms_p90']:.0f}/{m['latency_ms_p99']:.0f} ms; vs ground truth {a:.3f} "
+            f"of {n}")
+      if math.isnan(rate["http"]) or r > rate["http"]:
+        rate["http"], verdicts["http"], best_config = r, winners(res), name
+    print(f"http best: {best_config} at {rate['http']:.4f} matches/s")
   lg, n_lg = agreement(verdicts.get("logit", []), verdicts.get("generative", []))
   print(f"logit vs generative: same winner on {lg:.3f} of {n_lg} matches judged ok by both")
   truth_keys = []
@@ -272,10 +313,12 @@ def main() -> None:
     print(f"{name} vs ground truth (noise-free rubric judge): {a:.3f} of {n} matches")
     truth_keys.append(f"{name}_truth_agreement={a:.4g}")
   if not (math.isnan(rate["logit"]) or math.isnan(rate["http"])):
-    print(f"flax logit / http = {rate['logit'] / rate['http']:.2f}x (target >= 5x)")
+    print(f"flax logit / best http ({best_config}) = {rate['logit'] / rate['http']:.2f}x "
+          f"(target >= 5x)")
   print(f"RESULT flax_logit_matches_s={rate['logit']:.4g} "
         f"flax_generative_matches_s={rate['generative']:.4g} http_matches_s={rate['http']:.4g} "
-        f"logit_vs_generative_agreement={lg:.4g} " + " ".join(truth_keys))
+        f"logit_vs_generative_agreement={lg:.4g} " + " ".join(truth_keys)
+        + f" http_best_config={best_config}")
 
 
 if __name__ == "__main__":

@@ -1,39 +1,64 @@
-"""Generative mode of the local Flax judge: the sampler writes verdicts, parsed like HTTP replies.
+"""Generative mode of the local Flax judge: the model writes verdicts, parsed like HTTP replies.
 
 The shared prefix is prefilled once per chunk of rows and fanned out to them (``Sampler.prefill``
-with ``group_size`` = rows), each row is extended with its match-specific text, then one decode
-loop writes all verdicts (greedy unless ``temperature`` > 0) until EOS or ``max_new_tokens``.
+with ``group_size`` = rows), each row is extended with its match-specific text, then one compiled
+program writes all verdicts (greedy unless ``temperature`` > 0): by default under the compact
+verdict's grammar (``flax_constrained.write_verdicts``: every reply parses), or freely with the
+sampler's decode loop until EOS or ``max_new_tokens`` (``constrained=False``).
 """
 from __future__ import annotations
 
 import time
 
 import jax
+import numpy as np
 
 from arenarl_jax import sampler as sampler_lib
+from arenarl_jax.judges import flax_constrained
 from arenarl_jax.judges import verdict as verdict_lib
+
+
+def grammar(judge, verdict_mode: str) -> flax_constrained.VerdictGrammar:
+  """The judge's verdict automaton for ``verdict_mode``, built once."""
+  if verdict_mode not in judge.grammars:
+    judge.grammars[verdict_mode] = flax_constrained.build_grammar(
+        judge.tokenizer, judge.rubric, verdict_mode)
+  return judge.grammars[verdict_mode]
 
 
 def verdict_rows(judge, verdict_mode: str, unique: list[tuple[int, ...]]) -> dict:
   """Per distinct prompt: (per-agent combined scores or None, error or None, detail)."""
   cfg = judge.config
   prefix_ids, _ = judge.prefix_state(verdict_mode)
-  settings = sampler_lib.SamplingSettings(
-      temperature=cfg.temperature, greedy_anchor=False, eos_ids=(judge.tokenizer.eos_id,),
-      max_new_tokens=cfg.max_new_tokens)
   key = jax.random.fold_in(jax.random.key(cfg.seed), judge.calls)
+  g = grammar(judge, verdict_mode) if cfg.constrained else None
   out = {}
   for c, (part, tokens, lengths) in enumerate(judge.chunks(unique)):
     n, t = tokens.shape
-    sampler = sampler_lib.Sampler(judge.model, cache_len=len(prefix_ids) + t + cfg.max_new_tokens)
+    room = g.max_tokens() + g.width if g is not None else cfg.max_new_tokens
+    # One cache size: the row's text plus the whole verdict (nothing grows mid-verdict).
+    sampler = sampler_lib.Sampler(judge.model, cache_len=len(prefix_ids) + t + room,
+                                  cache_sizes=(t + room,))
     start = time.perf_counter()
-    state = sampler.prefill([prefix_ids], group_size=n)
+    state = sampler.prefill([prefix_ids], group_size=n, reserve=t + room)
     state = sampler.extend(state, [tokens[r, :lengths[r]] for r in range(n)])
-    sample, _ = sampler.decode(state, settings, jax.random.fold_in(key, c))
-    texts = judge.tokenizer.decode_batch(sampler_lib.token_lists(sample), skip_special_tokens=True)
-    finish = sampler_lib.finish_reasons(sample)
+    if g is not None:
+      values = jax.device_get(flax_constrained.write_verdicts(
+          judge.graphdef, judge.params, state.cache, state.lengths_N,
+          np.float32(cfg.temperature), jax.random.fold_in(key, c), grammar=g))
+      token_lists = [g.reply_tokens(values[r]) for r in range(len(part))]
+      finish = ["eos"] * len(part)
+    else:
+      settings = sampler_lib.SamplingSettings(
+          temperature=cfg.temperature, greedy_anchor=False, eos_ids=(judge.tokenizer.eos_id,),
+          max_new_tokens=cfg.max_new_tokens)
+      sample, _ = sampler.decode(state, settings, jax.random.fold_in(key, c))
+      token_lists = sampler_lib.token_lists(sample)
+      finish = sampler_lib.finish_reasons(sample)
+    texts = judge.tokenizer.decode_batch(token_lists, skip_special_tokens=True)
     judge.metrics.latency(time.perf_counter() - start)
     judge.counts["calls"] += 1
+    judge.counts["generated_tokens"] += sum(len(ids) for ids in token_lists[:len(part)])
     for r, ids in enumerate(part):
       out[ids] = _parse(judge, verdict_mode, texts[r], finish[r])
   return out

@@ -28,8 +28,11 @@ visible slots).
     results = judge.judge(matches)          # list[MatchResult], aligned with matches
 
 **Generative mode**: the sampler (prefix prefilled once, rows extended, greedy by default)
-writes the verdict, which is parsed strictly like an HTTP reply; an unparseable verdict makes the
-match ``ok=False`` (both players demoted by the tournament, never a tie: ``types.MatchResult``).
+writes the verdict, which is parsed strictly like an HTTP reply. By default decoding follows the
+compact verdict's grammar (``flax_constrained``: fixed text forced, scores restricted to 0..10),
+so every reply parses; with ``constrained=False`` it decodes freely and an unparseable verdict
+makes the match ``ok=False`` (both players demoted by the tournament, never a tie:
+``types.MatchResult``).
 
 Prompts whose match-specific part exceeds ``max_user_tokens`` are re-rendered with smaller
 character limits (so truncation keeps ``render.py``'s visible markers) until they fit.
@@ -79,8 +82,13 @@ class FlaxJudgeConfig:
   # Logit mode: that part runs in blocks this long (with the reference attention: less masked
   # attention; on the CPU kernel, 128 measured faster than 256).
   block_tokens: int = 128
-  max_new_tokens: int = 384  # generative: verdict bound (full travel verdict ~180 SmolLM2 tokens)
+  # generative without constraints: verdict bound (full travel verdict ~180 SmolLM2 tokens); the
+  # constrained verdict has a fixed length (~120-134 tokens for travel).
+  max_new_tokens: int = 384
   temperature: float = 0.0  # generative: 0 = greedy
+  # generative: decode under the compact verdict's grammar (flax_constrained), so every reply
+  # parses; False decodes freely (the verdict shape then follows judge.compact).
+  constrained: bool = True
   seed: int = 0  # generative sampling with temperature > 0
 
   def __post_init__(self):
@@ -95,6 +103,8 @@ class FlaxJudgeConfig:
     if self.min_bucket > self.max_user_tokens:
       raise ValueError(f"judge.flax.min_bucket={self.min_bucket} exceeds max_user_tokens="
                        f"{self.max_user_tokens}")
+    if not isinstance(self.constrained, bool):
+      raise ValueError(f"judge.flax.constrained must be true or false, got {self.constrained!r}")
     if self.temperature < 0:
       raise ValueError(f"judge.flax.temperature must be >= 0, got {self.temperature}")
 
@@ -118,8 +128,9 @@ class FlaxJudge:
     self.config = config
     self.tokenizer = tokenizer
     self.rubric = rubric_lib.load_rubric(rubric)
-    # Logit mode reads the compact verdict, so its instructions must describe that shape.
-    self.compact = True if config.mode == "logit" else bool(compact)
+    # Logit mode reads the compact verdict and constrained decoding writes it, so the
+    # instructions must describe that shape.
+    self.compact = True if self.reads_compact(config) else bool(compact)
     self.limits = limits
     self.metrics = stats.JudgeMetrics()
     self.counts: collections.Counter = collections.Counter()  # flax-only counters, see snapshot()
@@ -133,7 +144,12 @@ class FlaxJudge:
     self.row_buckets = bucketing.power_of_two_buckets(config.max_rows, 1)
     self._prefix: dict[str, tuple[list[int], Any]] = {}  # verdict mode -> (ids, cache)
     self._layouts: dict[str, flax_programs.BranchLayout] = {}
+    self.grammars: dict[str, Any] = {}  # verdict mode -> flax_constrained.VerdictGrammar
     self.calls = 0
+
+  @staticmethod
+  def reads_compact(config: FlaxJudgeConfig) -> bool:
+    return config.mode == "logit" or config.constrained
 
   def __repr__(self) -> str:
     return (f"FlaxJudge(model={type(self.model).__name__}, mode={self.config.mode!r}, "
@@ -187,7 +203,7 @@ class FlaxJudge:
     (distinct prompts run), tokens (their real tokens), calls (compiled-program calls), compiles
     (programs traced during this judge's calls), refits (prompts re-rendered to fit the budget)."""
     out = self.metrics.snapshot()
-    for name in ("rows", "tokens", "calls", "compiles", "refits"):
+    for name in ("rows", "tokens", "calls", "compiles", "refits", "generated_tokens"):
       out[name] = self.counts[name]
     return out
 

@@ -8,7 +8,10 @@ errors) are retried with exponential backoff and jitter; other 4xx are not; 401/
 Constrained decoding: the reply is asked for with ``response_format`` (default: the verdict's JSON
 schema). A server that rejects the format (HTTP 400/422/500 naming it) is asked again with the next
 weaker one (json_schema -> json_object_schema -> json_object -> none), once per judge, counted as
-``format_fallbacks``. Repair: an unparseable reply is asked again (``parse_retries``) at
+``format_fallbacks``. ``gbnf`` (llama.cpp servers, compact verdict only) sends the verdict's exact
+grammar (``verdict.verdict_gbnf``: the fixed text with single spaces, scores 0..10) as the request's
+``grammar`` field: the same tokens the local judge's constrained decoding writes, and no room for
+the whitespace a JSON-schema grammar allows; it falls back to json_schema. Repair: an unparseable reply is asked again (``parse_retries``) at
 ``retry_temperature`` with a fixed repair instruction added to the system prompt (never the
 reply or the parser's message, which may quote policy text). A match that still fails is
 ``MatchResult(ok=False)`` with scores (0, 0): the tournament demotes both players (types.py).
@@ -35,10 +38,10 @@ from arenarl_jax.judges import stats
 from arenarl_jax.judges import verdict as verdict_lib
 from arenarl_jax.types import Match, MatchResult, Trajectory
 
-RESPONSE_FORMATS = ("none", "json_object", "json_object_schema", "json_schema")
+RESPONSE_FORMATS = ("none", "json_object", "json_object_schema", "json_schema", "gbnf")
 # The next weaker format after a server rejected one.
-FORMAT_FALLBACK = {"json_schema": "json_object_schema", "json_object_schema": "json_object",
-                   "json_object": "none"}
+FORMAT_FALLBACK = {"gbnf": "json_schema", "json_schema": "json_object_schema",
+                   "json_object_schema": "json_object", "json_object": "none"}
 FAILED = 0.0  # score of each side of a failed match (ignored by the tournament)
 REPAIR = ("Your previous reply to this request could not be used. Reply again with exactly one "
           "JSON object of the shape above and nothing else: no text, no code fence.")
@@ -148,6 +151,9 @@ class HttpJudge:
     self._transport = transport  # tests plug in a fake server here
     self.rubric = rubric_lib.load_rubric(rubric)
     self.compact = compact
+    if config.response_format == "gbnf" and not compact:
+      raise JudgeConfigError("judge.http.response_format='gbnf' describes the compact verdict: "
+                             "set judge.compact=true")
     self.limits = limits
     self.metrics = stats.JudgeMetrics()
     self._key: _Secret | None = None
@@ -287,7 +293,9 @@ class HttpJudge:
     body: dict[str, Any] = {"model": c.model, "messages": messages,
                             "temperature": c.temperature, "max_tokens": c.max_tokens}
     fmt = self.response_format
-    if fmt != "none":
+    if fmt == "gbnf":  # llama.cpp's grammar field
+      body["grammar"] = verdict_lib.verdict_gbnf(self.rubric, mode)
+    elif fmt != "none":
       schema = rubric_lib.verdict_schema(self.rubric, mode, self.compact)
       if fmt == "json_object":
         body["response_format"] = {"type": "json_object"}
@@ -384,8 +392,11 @@ class HttpJudge:
       fmt = body.get("response_format")
       # 400/422, or 500 from servers that wrap validation errors (llama-cpp-python), naming
       # the format: a weaker format, not a retry, can fix it.
-      if status in (400, 422, 500) and fmt is not None and _names_format(resp.text):
-        raise _FormatRejected(_format_name(fmt))
+      if status in (400, 422, 500) and _names_format(resp.text):
+        if "grammar" in body:
+          raise _FormatRejected("gbnf")
+        if fmt is not None:
+          raise _FormatRejected(_format_name(fmt))
       if status == 429 or status >= 500:
         last = f"HTTP {status}"
         retry_after = _retry_after(resp)

@@ -160,10 +160,17 @@ class LlamaServer:
     self.stop()
 
 
+# Where scripts/build_llama_server.sh puts the binary by default.
+BUILT_SERVER = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(
+    os.path.abspath(__file__)))), ".cache", "llama-server", "build", "bin", "llama-server")
+
+
 def find_native_server(path: str = "") -> str | None:
-  """llama.cpp's own ``llama-server`` binary: ``path``, else ``$LLAMA_SERVER_BIN``, else PATH."""
+  """llama.cpp's own ``llama-server`` binary: ``path``, else ``$LLAMA_SERVER_BIN``, else PATH,
+  else ``BUILT_SERVER`` (``scripts/build_llama_server.sh``'s output)."""
   import shutil  # pylint: disable=g-import-not-at-top
-  for candidate in (path, os.environ.get("LLAMA_SERVER_BIN", ""), shutil.which("llama-server")):
+  for candidate in (path, os.environ.get("LLAMA_SERVER_BIN", ""), shutil.which("llama-server"),
+                    BUILT_SERVER):
     if candidate and os.path.isfile(candidate) and os.access(candidate, os.X_OK):
       return candidate
   return None
@@ -173,13 +180,19 @@ class NativeLlamaServer(LlamaServer):
   """llama.cpp's own C++ server (``llama-server``): ``parallel`` slots with continuous batching.
 
   The context (``n_ctx`` per slot) is split across slots, so it asks for ``n_ctx * parallel``.
-  The key goes in the child's environment as ``LLAMA_API_KEY`` (never argv; no file mode).
+  The key goes in the child's environment, never argv: ``LLAMA_API_KEY`` is what ``--api-key``
+  reads in the vendored sources (``common/arg.cpp``); ``LLAMA_ARG_API_KEY`` is set as well for
+  builds that follow the ``LLAMA_ARG_*`` naming. No file mode. The web UI is off.
   """
+
+  _KEY_VARS = ("LLAMA_API_KEY", "LLAMA_ARG_API_KEY", "LLAMA_ARG_API_KEY_FILE")
 
   def __init__(self, binary: str, model: str, parallel: int = 4, **kwargs):
     if kwargs.get("key_via", "env") != "env":
       raise ValueError("NativeLlamaServer: the key is passed by environment only")
     super().__init__(model, **kwargs)
+    if int(parallel) < 1:
+      raise ValueError(f"NativeLlamaServer: parallel must be >= 1, got {parallel!r}")
     self.binary, self.parallel = binary, int(parallel)
 
   def __repr__(self) -> str:
@@ -189,16 +202,16 @@ class NativeLlamaServer(LlamaServer):
   def settings(self) -> dict:
     return {"binary": self.binary, "host": self.host, "port": self.port, "parallel": self.parallel,
             "cont_batching": True, "n_ctx_per_slot": self.n_ctx, "n_threads": self.n_threads,
-            "n_threads_batch": self.n_threads_batch}
+            "n_threads_batch": self.n_threads_batch, "webui": False}
 
   def command(self) -> list[str]:
     return [self.binary, "-m", self.model, "--host", self.host, "--port", str(self.port),
-            "-c", str(self.n_ctx * self.parallel), "--parallel", str(self.parallel),
+            "-c", str(self.n_ctx * self.parallel), "-np", str(self.parallel),
             "--cont-batching", "-t", str(self.n_threads), "-tb", str(self.n_threads_batch),
-            *self.extra_args]
+            "--no-webui", *self.extra_args]
 
   def environment(self) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if k not in ("API_KEY", "LLAMA_API_KEY")}
+    env = {k: v for k, v in os.environ.items() if k not in ("API_KEY",) + self._KEY_VARS}
     if self._api_key:
-      env["LLAMA_API_KEY"] = self._api_key
+      env["LLAMA_API_KEY"] = env["LLAMA_ARG_API_KEY"] = self._api_key
     return env

@@ -284,6 +284,16 @@ def verdict_skeleton(rubric: rubric_lib.Rubric,
   return tuple(texts), tuple(slots)
 
 
+def verdict_gbnf(rubric: rubric_lib.Rubric, mode: str = "pairwise") -> str:
+  """The compact verdict as a llama.cpp GBNF grammar: the skeleton's fixed text exactly (single
+  spaces, no other whitespace) around scores 0..10; every reply it allows parses."""
+  texts, _ = verdict_skeleton(rubric, mode)
+  pieces = [json.dumps(texts[0])]
+  for text in texts[1:]:
+    pieces += ["score", json.dumps(text)]
+  return "root ::= " + " ".join(pieces) + '\nscore ::= [0-9] | "10"\n'
+
+
 def fill_skeleton(texts: Sequence[str], values: Sequence[Any]) -> str:
   """The reply text of a skeleton with ``values`` in its slots."""
   if len(texts) != len(values) + 1:

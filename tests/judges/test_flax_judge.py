@@ -290,7 +290,7 @@ def test_token_budget_truncates_with_a_marker_or_fails_cleanly(tok):
 def _generative(tok, reply: str):
   """A judge whose model writes ``reply`` then EOS after its (equal-length) prompts."""
   cfg = flax_judge.FlaxJudgeConfig(mode="generative", max_rows=2, max_user_tokens=512,
-                                   max_new_tokens=192)
+                                   max_new_tokens=192, constrained=False)
   p, q = traj(4), traj(6)
   probe = flax_judge.FlaxJudge(make_model(TINY), tok, cfg, compact=True)
   prefix, _ = probe.prefix_state("pairwise")

@@ -328,11 +328,13 @@ def test_every_string_option_at_a_non_default_value(fmt, tmp_path, monkeypatch):
   cfg = {"backend": "http", "rubric": "deep_research",
          "http": {"base_url": "http://127.0.0.1:8123/api/v9/", "model": "judge-b",
                   "api_key_env": "OTHER_KEY_VAR", "response_format": fmt,
-                  "cache_dir": str(tmp_path / "replies")}}
+                  "cache_dir": str(tmp_path / "replies")},
+         "compact": fmt == "gbnf"}  # the grammar describes the compact verdict
   j = judges.make_judge(cfg)
   dr = rubric_lib.load_rubric("deep_research")
   seen = []
-  server = judge_fakes.FakeServer(lambda b: judge_fakes.truthful_reply(b, dr), api_key="k-123")
+  server = judge_fakes.FakeServer(
+      lambda b: judge_fakes.truthful_reply(b, dr, compact=fmt == "gbnf"), api_key="k-123")
   original = server.handle
 
   async def handle(request):
@@ -350,7 +352,8 @@ def test_every_string_option_at_a_non_default_value(fmt, tmp_path, monkeypatch):
   assert {"none": rf is None, "json_object": rf == {"type": "json_object"},
           "json_object_schema": rf is not None and rf.get("type") == "json_object"
           and "schema" in rf,
-          "json_schema": rf is not None and rf.get("type") == "json_schema"}[fmt]
+          "json_schema": rf is not None and rf.get("type") == "json_schema",
+          "gbnf": rf is None and body.get("grammar") == verdict_lib.verdict_gbnf(dr)}[fmt]
   assert server.headers[0]["authorization"] == "Bearer k-123"
   assert len(cache.DiskCache(str(tmp_path / "replies"))) == 2
 
@@ -392,8 +395,11 @@ def test_native_server_command_has_slots_threads_and_no_key(tmp_path):
                                      api_key="k-secret", n_ctx=1024, n_threads=2,
                                      n_threads_batch=2)
   cmd = s.command()
-  assert "k-secret" not in " ".join(cmd) and s.environment()["LLAMA_API_KEY"] == "k-secret"
-  assert cmd[cmd.index("--parallel") + 1] == "4" and "--cont-batching" in cmd
+  env = s.environment()
+  assert "k-secret" not in " ".join(cmd) and env["LLAMA_API_KEY"] == "k-secret"
+  assert env["LLAMA_ARG_API_KEY"] == "k-secret"
+  assert cmd[cmd.index("-np") + 1] == "4" and "--cont-batching" in cmd and "--no-webui" in cmd
+  assert cmd[cmd.index("--host") + 1] == "127.0.0.1" and cmd[cmd.index("-t") + 1] == "2"
   assert cmd[cmd.index("-c") + 1] == "4096" and cmd[cmd.index("-tb") + 1] == "2"
 
 
@@ -401,3 +407,43 @@ def test_local_server_default_argv_has_no_key(tmp_path):
   server = local_server.LlamaServer(str(tmp_path / "m.gguf"), api_key="k-argv-secret")
   assert not any("k-argv-secret" in a for a in server.command()) and "--api_key" not in \
       server.command()
+
+
+def test_gbnf_format_sends_the_exact_verdict_grammar_and_falls_back_to_json_schema():
+  """gbnf: the body carries llama.cpp's ``grammar`` (the compact skeleton, scores 0..10) and no
+  response_format; a server rejecting it (HTTP 400 naming the grammar) gets json_schema next."""
+  server = judge_fakes.FakeServer(lambda b: judge_fakes.truthful_reply(b, R, compact=True))
+  judge = http.HttpJudge(http.HttpJudgeConfig(response_format="gbnf"), R, compact=True,
+                         transport=server.transport)
+  assert judge.judge(judge_fakes.matches([(6, 2)]))[0].score_p == 12
+  body = server.bodies[0]
+  assert "response_format" not in body and body["grammar"] == verdict_lib.verdict_gbnf(R)
+  texts, _ = verdict_lib.verdict_skeleton(R, "pairwise")
+  assert body["grammar"].count(" score ") == len(texts) - 1
+  assert body["grammar"].endswith('score ::= [0-9] | "10"\n')
+  with pytest.raises(http.JudgeConfigError, match="compact"):
+    http.HttpJudge(http.HttpJudgeConfig(response_format="gbnf"), R, compact=False)
+
+  def reply(b):
+    if "grammar" in b:
+      raise _NoGrammar()
+    return judge_fakes.truthful_reply(b, R, compact=True)
+
+  class _NoGrammar(Exception):
+    pass
+
+  rejecting = judge_fakes.FakeServer(reply)
+  original = rejecting.handle
+
+  async def handle(request):
+    try:
+      return await original(request)
+    except _NoGrammar:
+      return judge_fakes.httpx.Response(400, json={"error": "grammar is not supported"})
+
+  rejecting.handle = handle
+  judge = http.HttpJudge(http.HttpJudgeConfig(response_format="gbnf", max_concurrency=1), R,
+                         compact=True, transport=rejecting.transport)
+  assert judge.judge(judge_fakes.matches([(3, 5)]))[0].score_q == 10
+  assert judge.response_format == "json_schema" and judge.metrics["format_fallbacks"] == 1
+  assert "grammar" in rejecting.bodies[0] and "grammar" not in rejecting.bodies[-1]
