@@ -13,6 +13,7 @@ import ml_collections
 from arenarl_jax import evaluate
 from arenarl_jax.envs import mcp_client
 from arenarl_jax.judges import flax_judge, http, render, rubric_judge
+from arenarl_jax.models import remat as remat_lib
 
 # Method presets: orthogonal keys set together (ARCHITECTURE.md "Contracts between stages").
 PRESETS: dict[str, dict[str, Any]] = {
@@ -56,6 +57,10 @@ def make_base_config() -> ml_collections.ConfigDict:
       # auto | reference | dot_product_attention | cpu_kernel (models/attention_choice.py);
       # auto = cpu_kernel on CPU, dot_product_attention on GPU/TPU.
       attention="auto",
+      # none | full | dots | dots_no_batch (models/remat.py): per-block rematerialisation of the
+      # training forward (the update's differentiated pass; never the sampler's cached passes).
+      # dots_no_batch keeps the weight matmuls' outputs and recomputes attention.
+      remat=remat_lib.TRAINING_DEFAULT,
   )
   c.env = dict(
       name="travel",  # travel | research (arenarl_jax/envs/base.py registry)
