@@ -13,8 +13,8 @@ runtime). ``peak_rss_gb`` is the training default (checkpointed chunks, ``remat.
 ``baseline_peak_rss_gb`` is no chunk checkpoint and no remat.
 
 One-chunk check (asserted): with the checkpoint, the backward holds one chunk's logits at a time,
-never every chunk's. Compiled at this run's N, chunk and d_model (one layer: the layers' memory
-does not depend on the vocabulary and cancels), the temporaries at vocabularies V and V / 2 and at
+never every chunk's. Compiled at this run's N, chunk and d_model with no blocks (embedding, final
+norm and the chunked head: the blocks' memory does not depend on the vocabulary), the temporaries at vocabularies V and V / 2 and at
 S1 and S2 chunks give the vocabulary-sized memory that the extra chunks add,
 ``(temp(V, S2) - temp(V, S1)) - (temp(V/2, S2) - temp(V/2, S1))``: it must stay below one chunk's
 [N, chunk, V/2] float32 logits (it is 0 when only the current chunk's logits are alive), while
@@ -104,7 +104,7 @@ def chunk_growth_bytes(cfg: ModelConfig, n: int, chunk: int, ckpt: bool) -> tupl
   float32 logits); see the module docstring. Abstract shapes: nothing is allocated."""
   temp = {}
   for vocab in (cfg.vocab_size, cfg.vocab_size // 2):
-    small = ModelConfig(**{**cfg.__dict__, "vocab_size": vocab, "n_layers": 1})
+    small = ModelConfig(**{**cfg.__dict__, "vocab_size": vocab, "n_layers": 0})
     graphdef, state = nnx.split(abstract_model(small))
     for steps in (S1, S2):
       tokens = jax.ShapeDtypeStruct((n, steps * chunk + 1), jnp.int32)
