@@ -11,7 +11,8 @@ Ours is ``train_step.Trainer.step`` (checkpointed chunked log-probs, donated sta
 straightforward full-logits step as its users write it, best of 1 and 2 threads.
 MFU = model FLOPs (6 x parameters x tokens + 12 x layers x heads x head_dim x T x tokens) per
 second over the median of ten float32 2048^3 matmuls timed in this process; HFU also counts the
-work the step really does beyond that (the reference pass and the recomputed head chunks).
+work the step really does beyond that (the reference pass, the recomputed head chunks and the
+blocks' work that ``--remat`` recomputes).
 Peak RSS is read before torch is imported, so it is ours. ``--remat`` is the trainer's
 ``model.remat`` (default: the training default); XLA's memory analysis of the compiled step
 (temporaries, arguments, outputs) is printed, and ``--memory_only`` stops there (no timing).
