@@ -13,6 +13,7 @@ import ml_collections
 from arenarl_jax import evaluate
 from arenarl_jax.envs import mcp_client
 from arenarl_jax.judges import flax_judge, http, render, rubric_judge
+from arenarl_jax.models import remat as remat_lib
 
 # Method presets: orthogonal keys set together (ARCHITECTURE.md "Contracts between stages").
 PRESETS: dict[str, dict[str, Any]] = {
@@ -59,6 +60,10 @@ def make_base_config() -> ml_collections.ConfigDict:
       # > 0: keep only the first N blocks of the loaded model.source (real pretrained weights in
       # seconds: the :smoke runs of pretrained configs); 0 = all. Ignored with model.init.preset.
       keep_layers=0,
+      # none | full | dots | dots_no_batch (models/remat.py): per-block rematerialisation of the
+      # training forward (the update's differentiated pass; never the sampler's cached passes).
+      # dots_no_batch keeps the weight matmuls' outputs and recomputes attention.
+      remat=remat_lib.TRAINING_DEFAULT,
   )
   c.env = dict(
       name="travel",  # travel | research (arenarl_jax/envs/base.py registry)

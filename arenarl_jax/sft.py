@@ -42,7 +42,7 @@ def make_trainer(config: ml_collections.ConfigDict, graphdef, params, mesh) -> T
            "weight_decay": s.weight_decay, "b1": s.b1, "b2": s.b2, "grad_clip": s.grad_clip}
   return Trainer(graphdef, params, mesh, losses.LossConfig(),
                  make_optimizer(optim, int(s.steps)), accumulation_steps=s.accumulation_steps,
-                 chunk=config.rl.logprob_chunk, objective="sft")
+                 chunk=config.rl.logprob_chunk, objective="sft", remat=config.model.remat)
 
 
 def has_checkpoint(workdir: str) -> bool:

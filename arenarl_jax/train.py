@@ -81,12 +81,13 @@ def make_trainer(config: ml_collections.ConfigDict, graphdef, params, mesh) -> T
   loss_cfg = losses.LossConfig.from_config(config.loss)
   shapes = str(jax.tree.map(lambda x: (x.shape, str(x.dtype)), params))
   key = (graphdef, mesh, loss_cfg, json.dumps(config.optim.to_dict(), sort_keys=True), total,
-         int(config.rl.accumulation_steps), int(config.rl.logprob_chunk), shapes)
+         int(config.rl.accumulation_steps), int(config.rl.logprob_chunk), config.model.remat,
+         shapes)
   if key not in _TRAINERS:
     _TRAINERS[key] = Trainer(graphdef, params, mesh, loss_cfg,
                              make_optimizer(config.optim, total),
                              accumulation_steps=config.rl.accumulation_steps,
-                             chunk=config.rl.logprob_chunk)
+                             chunk=config.rl.logprob_chunk, remat=config.model.remat)
   return _TRAINERS[key]
 
 

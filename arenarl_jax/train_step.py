@@ -26,7 +26,9 @@ from flax import nnx
 from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 
 from arenarl_jax import losses, sharding
+from arenarl_jax.models import remat as remat_lib
 from arenarl_jax.models.logprobs import token_logprobs
+from arenarl_jax.models.transformer import set_remat
 
 BATCH_KEYS = ("tokens_NT", "loss_mask_NT", "advantages_N", "temperature_N", "sampler_logp_NT",
               "policy_step_N")
@@ -67,9 +69,14 @@ def make_optimizer(optim: Mapping[str, Any], total_steps: int) -> optax.Gradient
   return optax.chain(optax.clip_by_global_norm(clip), adamw) if clip > 0 else adamw
 
 
-def batch_logprobs(graphdef, params, batch, *, chunk: int, entropy: bool = False):
-  """Teacher-forced log-probs of ``batch["tokens_NT"]`` at each row's temperature."""
+def batch_logprobs(graphdef, params, batch, *, chunk: int, entropy: bool = False,
+                   remat: str | None = None):
+  """Teacher-forced log-probs of ``batch["tokens_NT"]`` at each row's temperature.
+
+  ``remat``: the blocks' rematerialisation (``model.remat``; None: the graph definition's)."""
   model = nnx.merge(graphdef, nnx.State(params))
+  if remat is not None:
+    set_remat(model, remat)
   return token_logprobs(model, batch["tokens_NT"], chunk=chunk, temperature=batch["temperature_N"],
                         return_entropy=entropy)
 
@@ -85,13 +92,14 @@ def _split_micro(batch, a: int):
 
 
 def batch_loss(params, ref_params, batch: Mapping[str, jax.Array], norm, *, graphdef,
-               loss_cfg: losses.LossConfig, chunk: int = 64):
+               loss_cfg: losses.LossConfig, chunk: int = 64, remat: str | None = None):
   """(loss, metrics) of ``batch`` (a part of a minibatch whose normalisers are ``norm``).
 
   ``old_logp_NT`` from the batch when present, else the current log-probs (on-policy: ratio 1);
   ``ref_logp`` from ``ref_params`` (skipped when ``loss.kl_coef`` is 0).
   """
-  logp_NT, ent_NT = batch_logprobs(graphdef, params, batch, chunk=chunk, entropy=True)
+  logp_NT, ent_NT = batch_logprobs(graphdef, params, batch, chunk=chunk, entropy=True,
+                                   remat=remat)
   old_NT = batch["old_logp_NT"] if "old_logp_NT" in batch else jax.lax.stop_gradient(logp_NT)
   if loss_cfg.kl_coef:
     ref_NT = jax.lax.stop_gradient(batch_logprobs(graphdef, ref_params, batch, chunk=chunk))
@@ -111,12 +119,13 @@ def train_step(state: TrainState, ref_params, batch: Mapping[str, jax.Array], *,
                loss_cfg: losses.LossConfig, optimizer: optax.GradientTransformation,
                accumulation_steps: int = 1, chunk: int = 64,
                rows: NamedSharding | None = None,
-               objective: str = "rl") -> tuple[TrainState, dict]:
+               objective: str = "rl", remat: str | None = None) -> tuple[TrainState, dict]:
   """One optimizer update on ``batch`` (see the module docstring); metrics are batch-wide.
 
   ``objective="sft"`` replaces the policy loss by the masked mean token cross-entropy
   (``losses.sft_loss``; the batch needs only tokens_NT, loss_mask_NT and temperature_N, and
-  ``ref_params`` is unused)."""
+  ``ref_params`` is unused). ``remat``: the blocks' rematerialisation in the differentiated pass
+  (``model.remat``; None: the graph definition's)."""
   mask_NT = batch["loss_mask_NT"].astype(jnp.float32)
   norm = losses.normalisers(mask_NT)  # over the whole minibatch: every micro-batch divides by it
 
@@ -124,10 +133,11 @@ def train_step(state: TrainState, ref_params, batch: Mapping[str, jax.Array], *,
     if rows is not None:
       mb = jax.lax.with_sharding_constraint(mb, rows)
     if objective == "sft":
-      logp_NT, ent_NT = batch_logprobs(graphdef, params, mb, chunk=chunk, entropy=True)
+      logp_NT, ent_NT = batch_logprobs(graphdef, params, mb, chunk=chunk, entropy=True,
+                                       remat=remat)
       return losses.sft_loss(logp_NT, mb["loss_mask_NT"], norm, ent_NT)
     return batch_loss(params, ref_params, mb, norm, graphdef=graphdef, loss_cfg=loss_cfg,
-                      chunk=chunk)
+                      chunk=chunk, remat=remat)
 
   grad_fn = jax.value_and_grad(part, has_aux=True)
   if accumulation_steps == 1:
@@ -157,13 +167,17 @@ def train_step(state: TrainState, ref_params, batch: Mapping[str, jax.Array], *,
 
 
 class Trainer:
-  """The jitted update and teacher-forced pass for one model, mesh and loss (holder of jit fns)."""
+  """The jitted update and teacher-forced pass for one model, mesh and loss (holder of jit fns).
+
+  ``remat`` (``model.remat``, ``models/remat.py``): how the update's differentiated forward
+  rematerialises each block; the no-grad ``logprobs`` pass and the reference pass are unaffected."""
 
   def __init__(self, graphdef, params_shape, mesh: Mesh, loss_cfg: losses.LossConfig,
                optimizer: optax.GradientTransformation, *, accumulation_steps: int = 1,
-               chunk: int = 64, objective: str = "rl"):
+               chunk: int = 64, objective: str = "rl", remat: str = remat_lib.TRAINING_DEFAULT):
     if objective not in OBJECTIVES:
       raise ValueError(f"Trainer: objective {objective!r} is not one of {OBJECTIVES}")
+    self.remat = remat_lib.check(remat)
     self.graphdef, self.mesh, self.optimizer = graphdef, mesh, optimizer
     self.accumulation_steps = int(accumulation_steps)
     self.rows = NamedSharding(mesh, P(ROW_AXES))
@@ -174,7 +188,7 @@ class Trainer:
                                       opt_state=sharding.param_shardings(opt_shape, mesh))
     step = functools.partial(train_step, graphdef=graphdef, loss_cfg=loss_cfg,
                              optimizer=optimizer, accumulation_steps=self.accumulation_steps,
-                             chunk=chunk, rows=self.rows, objective=objective)
+                             chunk=chunk, rows=self.rows, objective=objective, remat=remat)
     # SFT reads no reference: its step takes ref_params=None (no second copy of the weights).
     ref_shardings = self.param_shardings if objective == "rl" else None
     self.step = jax.jit(step, in_shardings=(self.state_shardings, ref_shardings, self.rows),

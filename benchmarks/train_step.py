@@ -2,6 +2,7 @@
 
   .venv/bin/python benchmarks/train_step.py [--batch 8] [--tokens 512] [--repeats 3]
   .venv/bin/python benchmarks/train_step.py --model tiny --batch 2 --tokens 64 --repeats 1  # smoke
+  .venv/bin/python benchmarks/train_step.py --remat full --memory_only  # compile, report memory
 
 Both sides: the arenarl preset's loss (token ratio clipped at 0.2 / 0.28, k3 KL to a frozen
 reference at coefficient 0.02, seq_mean_token_mean), the reference's log-probs from a no-grad pass,
@@ -10,8 +11,12 @@ Ours is ``train_step.Trainer.step`` (checkpointed chunked log-probs, donated sta
 straightforward full-logits step as its users write it, best of 1 and 2 threads.
 MFU = model FLOPs (6 x parameters x tokens + 12 x layers x heads x head_dim x T x tokens) per
 second over the median of ten float32 2048^3 matmuls timed in this process; HFU also counts the
-work the step really does beyond that (the reference pass and the recomputed head chunks).
-Peak RSS is read before torch is imported, so it is ours. Ends with one ``RESULT`` line.
+work the step really does beyond that (the reference pass, the recomputed head chunks and the
+blocks' work that ``--remat`` recomputes).
+Peak RSS is read before torch is imported, so it is ours. ``--remat`` is the trainer's
+``model.remat`` (default: the training default); XLA's memory analysis of the compiled step
+(temporaries, arguments, outputs) is printed, and ``--memory_only`` stops there (no timing).
+Ends with one ``RESULT`` line.
 """
 from __future__ import annotations
 
@@ -26,6 +31,7 @@ import numpy as np
 from flax import nnx
 
 from arenarl_jax import losses, sharding
+from arenarl_jax.models import remat as remat_lib
 from arenarl_jax.models.config import PRESETS
 from arenarl_jax.models.loading import load_model
 from arenarl_jax.models.safetensors_io import export_hf_dir
@@ -58,6 +64,15 @@ def make_inputs(cfg, n: int, t: int) -> dict[str, np.ndarray]:
           "temperature_N": np.ones(n, np.float32),
           "sampler_logp_NT": np.zeros((n, t), np.float32),
           "policy_step_N": np.zeros(n, np.int32)}
+
+
+def compile_step(trainer: Trainer, train_state, ref, batch):
+  """(the compiled step, XLA's memory analysis of it in GB by kind)."""
+  compiled = trainer.step.lower(train_state, ref, batch).compile()
+  stats = compiled.memory_analysis()
+  gb = {"temp": stats.temp_size_in_bytes, "args": stats.argument_size_in_bytes,
+        "out": stats.output_size_in_bytes, "alias": stats.alias_size_in_bytes}
+  return compiled, {k: v / 1e9 for k, v in gb.items()}
 
 
 def torch_step_fn(hf_dir: str, inputs: dict[str, np.ndarray]):
@@ -104,6 +119,10 @@ def main():
   parser.add_argument("--tokens", type=int, default=512)
   parser.add_argument("--repeats", type=int, default=3)
   parser.add_argument("--chunk", type=int, default=64, help="token_logprobs chunk over T")
+  parser.add_argument("--remat", default=remat_lib.TRAINING_DEFAULT, choices=remat_lib.CHOICES,
+                      help="model.remat of the trainer's step")
+  parser.add_argument("--memory_only", action="store_true",
+                      help="compile the step, print XLA's memory analysis, time nothing")
   args = parser.parse_args()
   n, t = args.batch, args.tokens
   print(f"load average at start: {os.getloadavg()}; devices: {jax.devices()[:1]}")
@@ -116,23 +135,38 @@ def main():
   graphdef, state = nnx.split(model)
   params = nnx.to_pure_dict(state)
   mesh = sharding.make_mesh(1, 1, 1, devices=jax.devices()[:1])
-  trainer = Trainer(graphdef, params, mesh, LOSS, make_optimizer(OPTIM, 100), chunk=args.chunk)
+  trainer = Trainer(graphdef, params, mesh, LOSS, make_optimizer(OPTIM, 100), chunk=args.chunk,
+                    remat=args.remat)
   train_state = trainer.init_state(params)
   ref = trainer.place_params(params)
   inputs = make_inputs(cfg, n, t)
   batch = trainer.put_batch(inputs)
-  batch["old_logp_NT"] = trainer.logprobs(train_state.params, batch)
-  inputs["old_logp_NT"] = np.asarray(batch["old_logp_NT"])
+  if args.memory_only:  # the step's program needs only the shape of the old log-probs
+    batch["old_logp_NT"] = jax.ShapeDtypeStruct((n, t), jnp.float32, sharding=trainer.rows)
+  else:
+    batch["old_logp_NT"] = trainer.logprobs(train_state.params, batch)
+    inputs["old_logp_NT"] = np.asarray(batch["old_logp_NT"])
+
+  start = time.perf_counter()
+  compiled, mem = compile_step(trainer, train_state, ref, batch)
+  print(f"ours: compile {time.perf_counter() - start:.1f} s; XLA memory analysis (remat="
+        f"{args.remat}): temporaries {mem['temp']:.2f} GB, arguments {mem['args']:.2f} GB, "
+        f"outputs {mem['out']:.2f} GB (aliased {mem['alias']:.2f} GB); temporaries + arguments "
+        f"{mem['temp'] + mem['args']:.2f} GB")
+  if args.memory_only:
+    print(f"RESULT remat={args.remat} xla_temp_gb={mem['temp']:.2f} xla_args_gb={mem['args']:.2f} "
+          f"xla_peak_gb={mem['temp'] + mem['args']:.2f}")
+    return
 
   holder = {"state": train_state}
 
   def ours():
-    holder["state"], metrics = trainer.step(holder["state"], ref, batch)
+    holder["state"], metrics = compiled(holder["state"], ref, batch)
     jax.block_until_ready(metrics)
 
   start = time.perf_counter()
   ours()
-  print(f"ours: compile + first step {time.perf_counter() - start:.1f} s")
+  print(f"ours: first step {time.perf_counter() - start:.1f} s")
   rate = matmul_rate()
   peak_rss_gb = timing.peak_rss_gb()
   print(f"peak RSS before torch is imported: {peak_rss_gb:.2f} GB; "
@@ -153,8 +187,12 @@ def main():
   p, tokens = cfg.num_params(), n * t
   attn = 12 * cfg.n_layers * cfg.n_heads * cfg.head_dim * t * tokens
   model_flops = 6 * p * tokens + attn
-  # Beyond the model FLOPs: the reference's forward and the head recomputed in the backward.
-  hardware_flops = model_flops + (2 * p * tokens + attn / 3) + 2 * cfg.vocab_size * cfg.d_model * tokens
+  # Beyond the model FLOPs: the reference's forward, the head recomputed in the backward and
+  # what remat recomputes (full: every block's forward; dots_no_batch: attention's two products).
+  head = 2 * cfg.vocab_size * cfg.d_model * tokens
+  recompute = {"none": 0, "dots": 0, "dots_no_batch": attn / 3,
+               "full": 2 * (p - cfg.vocab_size * cfg.d_model) * tokens + attn / 3}[args.remat]
+  hardware_flops = model_flops + (2 * p * tokens + attn / 3) + head + recompute
   mfu = model_flops / med["ours"] / rate
   hfu = hardware_flops / med["ours"] / rate
   ratio = min(med["torch_1t"], med["torch_2t"]) / med["ours"]
@@ -162,7 +200,8 @@ def main():
         f"model TFLOP per step {model_flops / 1e12:.2f}")
   print(f"load average at end: {os.getloadavg()}")
   print(f"RESULT mfu={mfu:.3f} hfu={hfu:.3f} ratio_vs_torch={ratio:.3f} "
-        f"peak_rss_gb={peak_rss_gb:.2f}")
+        f"peak_rss_gb={peak_rss_gb:.2f} xla_temp_gb={mem['temp']:.2f} xla_args_gb={mem['args']:.2f} "
+        f"remat={args.remat}")
 
 
 if __name__ == "__main__":

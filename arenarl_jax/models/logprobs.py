@@ -20,12 +20,15 @@ def _row_temperature(temperature, n: int):
 
 
 def token_logprobs(model: Transformer, tokens_NT, positions_NT=None, mask_NT=None, *,
-                   chunk: int = 64, temperature=1.0, return_entropy: bool = False):
+                   chunk: int = 64, temperature=1.0, return_entropy: bool = False,
+                   checkpoint_chunks: bool = True):
   """logp_NT[n, t] = log softmax(logits / T_n)[tokens[n, t]] given tokens[n, :t]; position 0 gets 0.
 
   ``temperature`` is a scalar or one value per row ([N]); rows with T <= 0 (greedy) are scored at
   T = 1, the distribution a trainer can differentiate. With ``return_entropy`` also returns
   entropy_NT[n, t], the entropy of that same tempered next-token distribution (0 at position 0).
+  ``checkpoint_chunks=False`` drops the per-chunk ``jax.checkpoint`` (same values; the backward
+  then keeps every chunk's logits: only for measuring what the checkpoint saves).
   """
   n, t = tokens_NT.shape
   t_N = _row_temperature(temperature, n)
@@ -40,7 +43,6 @@ def token_logprobs(model: Transformer, tokens_NT, positions_NT=None, mask_NT=Non
   h_CNtD = h_NTD.reshape(n, steps, chunk, -1).swapaxes(0, 1)
   tg_CNt = targets_NT.reshape(n, steps, chunk).swapaxes(0, 1)
 
-  @jax.checkpoint
   def one_chunk(h_NtD, tg_Nt):
     z_NtV = model.head(h_NtD) / t_N[:, None, None]
     lse_Nt = jax.nn.logsumexp(z_NtV, axis=-1)
@@ -51,6 +53,8 @@ def token_logprobs(model: Transformer, tokens_NT, positions_NT=None, mask_NT=Non
     p_NtV = jnp.exp(z_NtV - lse_Nt[..., None])
     return picked_Nt - lse_Nt, lse_Nt - jnp.sum(p_NtV * z_NtV, axis=-1)
 
+  if checkpoint_chunks:
+    one_chunk = jax.checkpoint(one_chunk)
   _, (lp_CNt, ent_CNt) = jax.lax.scan(lambda _, xs: (None, one_chunk(*xs)), None,
                                       (h_CNtD, tg_CNt))
 

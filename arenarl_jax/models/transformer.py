@@ -13,10 +13,12 @@ KVCache it writes the chunk at ``positions_NT`` (per-row offsets) and attends to
 writing the cache (the local judge's score reads).
 
 Every mode is the same block forward (``_forward``); the attention inside it is the
-implementation named by ``attention`` (``models/attention_choice.py``).
+implementation named by ``attention`` (``models/attention_choice.py``). In a full pass without a
+cache each block is rematerialised as ``remat`` says (``models/remat.py``; never with a cache).
 """
 from __future__ import annotations
 
+import functools
 from typing import Sequence
 
 import jax
@@ -24,7 +26,7 @@ import jax.numpy as jnp
 import numpy as np
 from flax import nnx
 
-from arenarl_jax.models import attention_choice
+from arenarl_jax.models import attention_choice, remat as remat_lib
 from arenarl_jax.models.attention import Attention, Context
 from arenarl_jax.models.config import ModelConfig
 from arenarl_jax.models.kv_cache import KVCache
@@ -47,15 +49,23 @@ class Block(nnx.Module):
     return x_NTD + self.mlp(self.mlp_norm(x_NTD)), new_kv
 
 
+def _sequence_block(impl, layer: Block, x_NTD, cos, sin, positions_NT, mask_NT):
+  """A block of a full causal pass without a cache (what ``remat`` checkpoints)."""
+  return layer(x_NTD, cos, sin, Context(positions_NT, mask_NT), impl)[0]
+
+
 class Transformer(nnx.Module):
   """Embedding, L blocks (a Python list: unrolled, so each layer's cache updates in place), head.
 
   ``attention``: the attention implementation (``attention_choice.CHOICES``; static, part of the
-  graph definition, so every program of this model compiles with it)."""
+  graph definition, so every program of this model compiles with it). ``remat``: the per-block
+  rematerialisation of cache-less passes (``remat.CHOICES``; static in the same way)."""
 
-  def __init__(self, cfg: ModelConfig, *, rngs: nnx.Rngs, attention: str = "auto"):
+  def __init__(self, cfg: ModelConfig, *, rngs: nnx.Rngs, attention: str = "auto",
+               remat: str = "none"):
     self.cfg = cfg
     self.attention = attention_choice.check(attention)
+    self.remat = remat_lib.check(remat)
     embed = jax.random.normal(rngs.params(), (cfg.vocab_size, cfg.d_model), jnp.float32) * 0.02
     self.embed = nnx.Param(embed.astype(cfg.dtype))
     self.layers = nnx.List([Block(cfg, rngs=rngs) for _ in range(cfg.n_layers)])
@@ -111,6 +121,9 @@ class Transformer(nnx.Module):
       if not outputs and i == len(self.layers) - 1:
         _, k_NTKF, v_NTKF = layer.attn.project(layer.attn_norm(x_NTD), cos, sin)
         kv = kv.write(k_NTKF, v_NTKF, positions_NT)
+      elif cache is None and self.remat != "none":
+        x_NTD = remat_lib.checkpointed(layer, self.remat, functools.partial(_sequence_block, impl),
+                                       x_NTD, cos, sin, positions_NT, mask_NT)
       else:
         ctx = Context(positions_NT, mask_NT, kv, lengths_N, sees_TT)
         x_NTD, kv = layer(x_NTD, cos, sin, ctx, impl)
@@ -139,11 +152,19 @@ def set_attention(model: nnx.Module, attention: str) -> nnx.Module:
   return model
 
 
-def make_model(cfg: ModelConfig, seed: int = 0, attention: str = "auto") -> Transformer:
+def set_remat(model: nnx.Module, remat: str) -> nnx.Module:
+  """Sets the model's per-block rematerialisation (``model.remat``; in place; returns the model)."""
+  model.remat = remat_lib.check(remat)
+  return model
+
+
+def make_model(cfg: ModelConfig, seed: int = 0, attention: str = "auto",
+               remat: str = "none") -> Transformer:
   """A randomly initialised model (weights are replaced by a loader for real checkpoints)."""
-  return Transformer(cfg, rngs=nnx.Rngs(params=seed), attention=attention)
+  return Transformer(cfg, rngs=nnx.Rngs(params=seed), attention=attention, remat=remat)
 
 
-def abstract_model(cfg: ModelConfig, attention: str = "auto") -> Transformer:
+def abstract_model(cfg: ModelConfig, attention: str = "auto", remat: str = "none") -> Transformer:
   """Shapes only, no memory: the skeleton a loader fills (nnx.eval_shape)."""
-  return nnx.eval_shape(lambda: Transformer(cfg, rngs=nnx.Rngs(params=0), attention=attention))
+  return nnx.eval_shape(lambda: Transformer(cfg, rngs=nnx.Rngs(params=0), attention=attention,
+                                            remat=remat))
