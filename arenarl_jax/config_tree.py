@@ -208,3 +208,19 @@ def apply_preset(config: ml_collections.ConfigDict, method: str) -> None:
   for dotted, value in PRESETS[method].items():
     section, key = dotted.split(".")
     config[section][key] = value
+
+
+# The training judge's stated noise model of the CPU configs (quickstart, research, SmolLM2):
+# every dimension score gets N(0, 1) per request, each pairwise request an extra N(0, 1) split
+# between the two sides and a +0.5 position bias for Agent A; pointwise scores saturate above 8;
+# scores are rounded to integers. An imperfect judge whose flaws the method must live with.
+NOISY_RUBRIC_JUDGE = {"pointwise_std": 1.0, "pairwise_std": 1.0, "position_bias": 0.5,
+                      "saturation": 0.8, "saturation_knee": 8.0}
+
+
+def use_noisy_rubric_judge(config: ml_collections.ConfigDict, rubric: str) -> None:
+  """Judges training with the environment's rubric judge under ``NOISY_RUBRIC_JUDGE`` (in place)."""
+  config.judge.backend = "rubric"
+  config.judge.rubric = rubric
+  for key, value in NOISY_RUBRIC_JUDGE.items():
+    config.judge.noise[key] = value

@@ -41,13 +41,7 @@ def get_config(arg=None):
   c.model.init.vocab_size = 4096
   c.env.name = "travel"
   c.env.schemas = "compact"  # names, argument names and types: ~600 fewer prompt tokens
-  c.judge.backend = "rubric"
-  c.judge.rubric = "travel"
-  c.judge.noise.pointwise_std = 1.0
-  c.judge.noise.pairwise_std = 1.0
-  c.judge.noise.position_bias = 0.5
-  c.judge.noise.saturation = 0.8
-  c.judge.noise.saturation_knee = 8.0
+  config_tree.use_noisy_rubric_judge(c, "travel")  # the stated noise model
   c.tournament.topology = args.topology
 
   c.data.sft_seq_len = 1856

@@ -105,3 +105,15 @@ def test_cli_overrides_and_typos():
   config_flags.DEFINE_config_file("config", None, flag_values=bad, lock_config=True, sys_argv=argv)
   with pytest.raises(Exception, match="group_sise"):
     bad(argv)
+
+
+@pytest.mark.parametrize("name,rubric", [("quickstart", "travel"), ("smollm2_travel", "travel"),
+                                         ("research_quickstart", "deep_research")])
+def test_cpu_configs_train_against_the_stated_noise_model(name, rubric):
+  c = _load(os.path.join(ROOT, "configs", f"{name}.py")).get_config()
+  assert (c.judge.backend, c.judge.rubric) == ("rubric", rubric)
+  noise = {k: c.judge.noise[k] for k in ("pointwise_std", "pairwise_std", "position_bias",
+                                         "saturation", "saturation_knee")}
+  # The values the quickstart's docstring and the README state.
+  assert noise == {"pointwise_std": 1.0, "pairwise_std": 1.0, "position_bias": 0.5,
+                   "saturation": 0.8, "saturation_knee": 8.0}
