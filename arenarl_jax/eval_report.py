@@ -191,21 +191,26 @@ def trajectory_record(report: EvalReport, k: int) -> dict[str, Any]:
       "messages": list(t.messages), "metadata": dict(t.metadata), "matches": matches})
 
 
-def write_jsonl(report: EvalReport, directory: str | os.PathLike, prefix: str = "eval") -> str:
-  """Writes ``<directory>/<prefix>_<step:08d>.jsonl`` (``_1``, ``_2``, ... when that exists; a
-  file is only ever created, never overwritten): a summary line, then one line per trajectory
-  with its matches, their outcomes and the judge's ``detail``. Returns the path."""
+def create_jsonl(directory: str | os.PathLike, base_name: str):
+  """A new file ``<directory>/<base_name>.jsonl`` opened for writing (``_1``, ``_2``, ... when
+  that exists: a file is only ever created, never overwritten); returns (file, path)."""
   os.makedirs(directory, exist_ok=True)
-  base_name = f"{prefix}_{int(report.step):08d}"
   for n in range(10_000):
     path = os.path.join(directory, base_name + (f"_{n}" if n else "") + ".jsonl")
     try:
-      f = open(path, "x", encoding="utf-8")  # pylint: disable=consider-using-with
+      return open(path, "x", encoding="utf-8"), path  # pylint: disable=consider-using-with
     except FileExistsError:
       continue
-    with f:
-      f.write(json.dumps({"kind": "summary", **report.to_dict()}, ensure_ascii=False) + "\n")
-      for k in range(len(report.trajectories)):
-        f.write(json.dumps(trajectory_record(report, k), ensure_ascii=False) + "\n")
-    return path
-  raise FileExistsError(f"{directory}: too many evaluation files named {base_name}_*.jsonl")
+  raise FileExistsError(f"{directory}: too many files named {base_name}_*.jsonl")
+
+
+def write_jsonl(report: EvalReport, directory: str | os.PathLike, prefix: str = "eval") -> str:
+  """Writes ``<directory>/<prefix>_<step:08d>.jsonl`` (``create_jsonl``: never overwritten): a
+  summary line, then one line per trajectory with its matches, their outcomes and the judge's
+  ``detail``. Returns the path."""
+  f, path = create_jsonl(directory, f"{prefix}_{int(report.step):08d}")
+  with f:
+    f.write(json.dumps({"kind": "summary", **report.to_dict()}, ensure_ascii=False) + "\n")
+    for k in range(len(report.trajectories)):
+      f.write(json.dumps(trajectory_record(report, k), ensure_ascii=False) + "\n")
+  return path

@@ -29,6 +29,7 @@ resumed run draws the same judge noise.
 """
 from __future__ import annotations
 
+import functools
 import inspect
 import os
 import time
@@ -81,10 +82,16 @@ def on_one_device(params):
       raise ValueError("on_one_device: multi-process parameters must share one NamedSharding "
                        "mesh")
     whole = NamedSharding(meshes.pop(), PartitionSpec())
-    gathered = jax.jit(lambda xs: xs, out_shardings=whole)([leaves[i] for i in spread])
+    gathered = _replicate_over(whole)([leaves[i] for i in spread])
     for i, x in zip(spread, gathered):
       leaves[i] = next(s.data for s in x.addressable_shards if s.device == device)
   return jax.tree.unflatten(treedef, [jax.device_put(x, device) for x in leaves])
+
+
+@functools.lru_cache(maxsize=None)
+def _replicate_over(whole: NamedSharding):
+  """One jitted all-gather per mesh, compiled once for the run (not once per RL step)."""
+  return jax.jit(lambda xs: xs, out_shardings=whole)
 
 
 def set_policy(sampler: Sampler, params) -> None:

@@ -4,7 +4,6 @@ evaluation step, never overwritten)."""
 from __future__ import annotations
 
 import json
-import os
 from typing import Any, Sequence
 
 import jax
@@ -51,20 +50,13 @@ def write_rollouts(directory: str, step: int, groups: Sequence[Sequence[Any]], a
   """Writes ``<directory>/step_<step:08d>.jsonl`` (``_p<process>`` on a multi-process run; then
   ``_1``, ``_2``, ... when it exists: never overwritten), one ``group_record`` per line; groups are
   numbered from ``first_group``, this host's first group in the step)."""
-  os.makedirs(directory, exist_ok=True)
   name = f"step_{int(step):08d}"
   if jax.process_count() > 1:
     name += f"_p{jax.process_index()}"
-  for n in range(10_000):
-    path = os.path.join(directory, name + (f"_{n}" if n else "") + ".jsonl")
-    try:
-      f = open(path, "x", encoding="utf-8")  # pylint: disable=consider-using-with
-    except FileExistsError:
-      continue
-    with f:
-      for b, group in enumerate(groups):
-        rec = group_record(step, first_group + b, group, adv_BG[b], reward_BG[b],
-                           None if results is None else results[b], topology)
-        f.write(json.dumps(rec, ensure_ascii=False) + "\n")
-    return path
-  raise FileExistsError(f"{directory}: too many rollout files named {name}_*.jsonl")
+  f, path = eval_report.create_jsonl(directory, name)
+  with f:
+    for b, group in enumerate(groups):
+      rec = group_record(step, first_group + b, group, adv_BG[b], reward_BG[b],
+                         None if results is None else results[b], topology)
+      f.write(json.dumps(rec, ensure_ascii=False) + "\n")
+  return path

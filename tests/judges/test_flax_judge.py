@@ -3,6 +3,7 @@ compiled programs per bucket, token budget, generative parsing, and one SmolLM2 
 import dataclasses
 import json
 import math
+import os
 
 import jax
 import jax.numpy as jnp
@@ -15,6 +16,7 @@ from arenarl_jax.judges import render
 from arenarl_jax.judges import rubric as rubric_lib
 from arenarl_jax.judges import verdict as verdict_lib
 from arenarl_jax.models import config as config_lib
+from arenarl_jax.models.cpu import build as cpu_build
 from arenarl_jax.models.cpu import kernel as cpu_kernel
 from arenarl_jax.models.embedded import find_smollm2_gguf
 from arenarl_jax.models.transformer import Transformer, make_model
@@ -179,6 +181,8 @@ def test_fixed_score_logits_give_hand_computed_scores(tok):
     ("qwen3", "dot_product_attention")])
 def test_branch_reads_equal_each_branch_as_its_own_sequence(family, attention):
   if attention == "cpu_kernel" and not cpu_kernel.available():
+    # Where the kernel is required (CI with a compiler) a missing kernel fails, never skips.
+    assert not os.environ.get(cpu_build.REQUIRE_ENV), "the CPU kernel is required but unavailable"
     pytest.skip("no C++ compiler / not a CPU backend")
   cfg = dataclasses.replace(TINY, vocab_size=1024)
   if family == "qwen3":
