@@ -110,10 +110,10 @@ def _process_0_first(fn, name: str):
 
 
 # How one step's rollout stats of several hosts (each over its own equal share of the groups)
-# become one value: counts add up, times take the slowest host, extremes their extreme, the rest
-# (means over trajectories or groups) the mean over hosts; a count a host lacks is 0 there.
-_SUMMED = ("judge/requests", "judge/failures", "judge/matches", "tokens_per_s",
-           "rollout/judge_cache_hits")
+# become one value: counts add up (every judge/ counter, tool errors by kind and these), times take
+# the slowest host, extremes their extreme, the rest (means over trajectories or groups) the mean
+# over hosts; a count a host lacks is 0 there. The order-flip rate is recomputed from the sums.
+_SUMMED = ("tokens_per_s", "rollout/judge_cache_hits")
 
 
 def combine_host_stats(per_host: list[Mapping[str, float]]) -> dict[str, float]:
@@ -121,7 +121,8 @@ def combine_host_stats(per_host: list[Mapping[str, float]]) -> dict[str, float]:
   means, the mean of the hosts' values for spreads and correlations."""
   out = {}
   for key in sorted({k for h in per_host for k in h}):
-    summed = key in _SUMMED or "/tool_errors/" in key
+    summed = (key in _SUMMED or "/tool_errors/" in key
+              or (key.startswith("judge/") and not key.endswith("_rate")))
     values = [float(h.get(key, 0.0)) for h in per_host if summed or key in h]
     if summed:
       out[key] = float(np.sum(values))
@@ -131,6 +132,8 @@ def combine_host_stats(per_host: list[Mapping[str, float]]) -> dict[str, float]:
       out[key] = float(np.min(values))
     else:
       out[key] = float(np.mean(values))
+  if out.get("judge/both_orders", 0) > 0:
+    out["judge/order_flip_rate"] = out["judge/order_flips"] / out["judge/both_orders"]
   return out
 
 

@@ -110,6 +110,14 @@ def test_host_stats_add_counts_take_extremes_and_average_means():
        "advantage/abs_max": 0.7}])
   assert got == {"judge/requests": 10.0, "reward/mean": 2.0, "time/judge_s": 0.5,
                  "advantage/abs_max": 1.2, "rollout/tool_errors/timeout": 2.0}
+  # Judge counters add up; the order-flip rate is the pooled one (3 / 8), not the hosts' mean.
+  got = train.combine_host_stats([
+      {"judge/cache_hits": 2.0, "judge/order_flips": 1.0, "judge/both_orders": 2.0,
+       "judge/order_flip_rate": 0.5, "judge/calls": 3.0},
+      {"judge/cache_hits": 1.0, "judge/order_flips": 2.0, "judge/both_orders": 6.0,
+       "judge/order_flip_rate": 2 / 6, "judge/calls": 3.0}])
+  assert got == {"judge/cache_hits": 3.0, "judge/order_flips": 3.0, "judge/both_orders": 8.0,
+                 "judge/order_flip_rate": 3 / 8, "judge/calls": 6.0}
 
 
 # ------------------------------------------------------------------ the pipeline, 1 vs 2 processes
