@@ -5,6 +5,8 @@ import jax
 import jax.numpy as jnp
 from flax import nnx
 
+from arenarl_jax.models.matmul import dense
+
 
 class RMSNorm(nnx.Module):
   """y = x / rms(x) * scale, computed in float32 (as the reference does) and cast back.
@@ -41,7 +43,7 @@ class Linear(nnx.Module):
 
   def __call__(self, x):
     """In ``x``'s dtype (the compute dtype): the parameters are cast at use."""
-    y = x @ self.kernel[...].astype(x.dtype)
+    y = dense(x, self.kernel[...].astype(x.dtype))
     return y + self.bias[...].astype(y.dtype) if self.bias is not None else y
 
 

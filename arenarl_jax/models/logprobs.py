@@ -44,14 +44,15 @@ def token_logprobs(model: Transformer, tokens_NT, positions_NT=None, mask_NT=Non
   tg_CNt = targets_NT.reshape(n, steps, chunk).swapaxes(0, 1)
 
   def one_chunk(h_NtD, tg_Nt):
-    z_NtV = model.head(h_NtD) / t_N[:, None, None]
-    lse_Nt = jax.nn.logsumexp(z_NtV, axis=-1)
-    picked_Nt = jnp.take_along_axis(z_NtV, tg_Nt[..., None], axis=-1)[..., 0]
+    # Vocabulary-major logits (the head's fast orientation; reductions over axis 0).
+    z_VNt = model.head_vocab_major(h_NtD) / t_N[None, :, None]
+    lse_Nt = jax.nn.logsumexp(z_VNt, axis=0)
+    picked_Nt = jnp.take_along_axis(z_VNt, tg_Nt[None], axis=0)[0]
     if not return_entropy:
       return picked_Nt - lse_Nt, None
     # H = -sum p log p = lse - sum p z, with p = softmax(z).
-    p_NtV = jnp.exp(z_NtV - lse_Nt[..., None])
-    return picked_Nt - lse_Nt, lse_Nt - jnp.sum(p_NtV * z_NtV, axis=-1)
+    p_VNt = jnp.exp(z_VNt - lse_Nt[None])
+    return picked_Nt - lse_Nt, lse_Nt - jnp.sum(p_VNt * z_VNt, axis=0)
 
   if checkpoint_chunks:
     one_chunk = jax.checkpoint(one_chunk)

@@ -26,13 +26,20 @@ import jax
 import jax.numpy as jnp
 from flax import nnx
 
+from arenarl_jax.models import causal_blocks, matmul
+
 CHOICES = ("none", "full", "dots", "dots_no_batch")
 TRAINING_DEFAULT = "dots_no_batch"
 
+_cp = jax.checkpoint_policies
+# The partial policies also keep the weight products of models/matmul.py (custom_vjp: their dots
+# are hidden from the dot policies) and causal_blocks' attention output and log-normaliser (the
+# size of the queries), so its backward never reruns the attention forward.
+_NAMED = _cp.save_only_these_names(matmul.OUT_NAME, causal_blocks.OUT_NAME, causal_blocks.LSE_NAME)
 _POLICIES: dict[str, Callable | None] = {
-    "full": jax.checkpoint_policies.nothing_saveable,
-    "dots": jax.checkpoint_policies.checkpoint_dots,
-    "dots_no_batch": jax.checkpoint_policies.dots_with_no_batch_dims_saveable,
+    "full": _cp.nothing_saveable,
+    "dots": _cp.save_from_both_policies(_cp.checkpoint_dots, _NAMED),
+    "dots_no_batch": _cp.save_from_both_policies(_cp.dots_with_no_batch_dims_saveable, _NAMED),
 }
 
 

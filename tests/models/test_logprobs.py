@@ -81,3 +81,14 @@ def test_gradient_matches_the_full_logits_gradient_and_finite_differences():
     fd = (plus - minus) / (2 * eps)
     analytic = sum(jnp.vdot(a, b) for a, b in zip(jax.tree.leaves(g), jax.tree.leaves(d)))
     np.testing.assert_allclose(float(fd), float(analytic), rtol=1e-2)
+
+
+def test_vocab_major_head_is_the_head_transposed():
+  """The log-probs' head layout [V, N, T] holds the same logits as ``head`` [N, T, V], for a tied
+  and an untied head."""
+  import dataclasses  # pylint: disable=import-outside-toplevel
+  for cfg in (CFG, dataclasses.replace(CFG, tie_embeddings=False)):
+    model = make_model(cfg, seed=1)
+    h = jax.random.normal(jax.random.key(2), (2, 5, cfg.d_model))
+    np.testing.assert_allclose(model.head_vocab_major(h), model.head(h).transpose(2, 0, 1),
+                               rtol=1e-5, atol=1e-5)

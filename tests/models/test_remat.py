@@ -84,7 +84,7 @@ def test_choice_is_static_and_cached_passes_ignore_it():
     return str(jax.make_jaxpr(run)(tokens[:, 4:5], pos_N1))
 
   base = cached_programs("none")
-  assert "remat" not in base and "custom_vjp" not in base
+  assert "remat" not in base and "checkpoint" not in base
   for policy in POLICIES:
     assert cached_programs(policy) == base, policy
 

@@ -1,9 +1,13 @@
 """The ``cpu_kernel`` attention choice: attention against the cache on the compiled kernel
-(``kernel.py``), the reference attention for everything the kernel does not cover (full
-sequences without a cache; caches that are not float32; no compiler), and the feature-major
-decode step (``decode.py``) for the sampler."""
+(``kernel.py``); full causal sequences (the training forward) with the kernel's forward and the
+blocked backward of ``causal_blocks``; the reference attention for everything the kernel does
+not cover (caches or sequences that are not float32; no compiler); and the feature-major decode
+step (``decode.py``) for the sampler."""
 from __future__ import annotations
 
+import jax.numpy as jnp
+
+from arenarl_jax.models import causal_blocks
 from arenarl_jax.models.attention import ReferenceAttention, branch_counts
 from arenarl_jax.models.cpu import kernel
 from arenarl_jax.models.kv_cache import LayerCache
@@ -14,6 +18,15 @@ class CpuAttention(ReferenceAttention):
 
   name = "cpu_kernel"
   feature_major_decode = True
+
+  def sequence(self, q_NTKRF, k_NTKF, v_NTKF, mask_NT):
+    if not kernel.available(q_NTKRF.dtype) or not kernel.available(k_NTKF.dtype):
+      return super().sequence(q_NTKRF, k_NTKF, v_NTKF, mask_NT)
+    blocks = causal_blocks.block_count(q_NTKRF.shape[1])
+    if mask_NT is not None:  # any key mask: the jnp forward (the kernel's counts are prefixes)
+      return causal_blocks.causal_attention(q_NTKRF, k_NTKF, v_NTKF,
+                                            mask_NT.astype(jnp.float32), blocks)
+    return causal_blocks.causal_attention(q_NTKRF, k_NTKF, v_NTKF, None, blocks, kernel.causal)
 
   def cache(self, q_NTKRF, k_NTKF, v_NTKF, positions_NT, layer: LayerCache, *, mesh=None):
     if not kernel.available(layer.v.dtype):

@@ -134,6 +134,20 @@ def chunk(q_NTKRF, k_NTKF, v_NTKF, positions_NT, layer: LayerCache):
   return out_NKTRF.transpose(0, 2, 1, 3, 4), (k_NKFS, v_NKSF)
 
 
+def causal(q_NTKRF, k_NTKF, v_NTKF, mask_NT, blocks: int):
+  """A full causal sequence without a cache or key mask (the training forward): (out [N, T, K,
+  R, F], lse [N, K, T*R]), the forward ``causal_blocks.causal_attention`` takes; token t sees
+  keys 0..t, each read once."""
+  if mask_NT is not None:
+    raise ValueError("kernel.causal takes no key mask (use causal_blocks.blocked_forward)")
+  del blocks  # the kernel reads each query's visible keys; no blocks
+  n, t, kv, r, f = q_NTKRF.shape
+  count_NT = jnp.broadcast_to(jnp.arange(1, t + 1, dtype=jnp.int32)[None], (n, t))
+  out_NKTRF, lse_NKTR, _, _ = attend(_scaled(q_NTKRF), k_NTKF.transpose(0, 2, 3, 1),
+                                     v_NTKF.transpose(0, 2, 1, 3), count_NT, lse=True)
+  return out_NKTRF.transpose(0, 2, 1, 3, 4), lse_NKTR.reshape(n, kv, t * r)
+
+
 def branch(q_NTKRF, k_NTKF, v_NTKF, layer: LayerCache, count_NT, sees_TT):
   """Tree branches: the cache part on the kernel (the first count_NT slots, and the shared prefix;
   no [.., T, S] score tensor) merged with the branch tokens' own attention (``sees_TT``) through

@@ -1,0 +1,72 @@
+"""The dense products of the model with their backward written out: ``dense`` (x @ w) and
+``dense_t`` (x @ w^T, the tied head against the [V, D] embedding).
+
+Why: automatic differentiation of ``x @ w`` states the weight gradient as a product whose operand
+order makes XLA:CPU materialise the transpose of the [tokens, out] output gradient, fused into the
+element-wise producer before it (SwiGLU's backward), which writes it with a strided, slow loop:
+for SmolLM2 at 8 x 512 tokens such copies took about as long as the MLP's products themselves.
+Here the weight gradient is one product of the flattened input and output gradient contracted
+over their leading (token) axis, dW = x^T g, which every backend's dot takes without a copy of
+either large operand, and the input gradient is g w^T. The values are those of autodiff (tested).
+"""
+from __future__ import annotations
+
+import functools
+
+import jax
+import jax.numpy as jnp
+from jax.ad_checkpoint import checkpoint_name
+
+# The products' outputs carry this name in a differentiated pass, so a remat policy can keep them
+# (models/remat.py): a custom_vjp's inner dots are not visible to the dot-based policies.
+OUT_NAME = "dense_out"
+
+
+def _flat(a):
+  return a.reshape(-1, a.shape[-1])
+
+
+@functools.partial(jax.custom_vjp, nondiff_argnums=(2,))
+def dense(x, w, out_dtype=None):
+  """x [..., I] @ w [I, O] -> [..., O] (``out_dtype``: the product's accumulation/output dtype)."""
+  return jnp.matmul(x, w, preferred_element_type=out_dtype)
+
+
+def _dense_fwd(x, w, out_dtype):
+  return checkpoint_name(dense(x, w, out_dtype), OUT_NAME), (x, w)
+
+
+def _dense_bwd(out_dtype, res, g):
+  del out_dtype
+  x, w = res
+  dx = jax.lax.dot_general(g.astype(x.dtype), w, (((g.ndim - 1,), (1,)), ((), ())),
+                           preferred_element_type=x.dtype)
+  dw = jax.lax.dot_general(_flat(x), _flat(g).astype(x.dtype), (((0,), (0,)), ((), ())),
+                           preferred_element_type=w.dtype)
+  return dx, dw
+
+
+dense.defvjp(_dense_fwd, _dense_bwd)
+
+
+@functools.partial(jax.custom_vjp, nondiff_argnums=(2,))
+def dense_t(x, w, out_dtype=None):
+  """x [..., D] @ w^T for w [O, D] -> [..., O] (the tied head: w is the [V, D] embedding)."""
+  return jnp.einsum("...d,od->...o", x, w, preferred_element_type=out_dtype)
+
+
+def _dense_t_fwd(x, w, out_dtype):
+  return checkpoint_name(dense_t(x, w, out_dtype), OUT_NAME), (x, w)
+
+
+def _dense_t_bwd(out_dtype, res, g):
+  del out_dtype
+  x, w = res
+  dx = jax.lax.dot_general(g.astype(x.dtype), w, (((g.ndim - 1,), (0,)), ((), ())),
+                           preferred_element_type=x.dtype)
+  dw = jax.lax.dot_general(_flat(g).astype(x.dtype), _flat(x), (((0,), (0,)), ((), ())),
+                           preferred_element_type=w.dtype)
+  return dx, dw
+
+
+dense_t.defvjp(_dense_t_fwd, _dense_t_bwd)

@@ -1,0 +1,94 @@
+"""models/causal_blocks.py and the cpu_kernel's training attention: the blocked causal attention
+and its written-out backward equal the reference attention's values and gradients."""
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from flax import nnx
+
+from arenarl_jax.models import causal_blocks
+from arenarl_jax.models.attention import ReferenceAttention
+from arenarl_jax.models.config import PRESETS
+from arenarl_jax.models.cpu import kernel
+from arenarl_jax.models.cpu.attention import CpuAttention
+from arenarl_jax.models.logprobs import token_logprobs
+from arenarl_jax.models.transformer import make_model
+
+N, T, KV, R, F = 2, 32, 2, 3, 16
+needs_kernel = pytest.mark.skipif(not kernel.available(), reason="no C++ compiler / not CPU")
+
+
+def _qkv(seed=0):
+  ks = jax.random.split(jax.random.key(seed), 4)
+  return (jax.random.normal(ks[0], (N, T, KV, R, F)), jax.random.normal(ks[1], (N, T, KV, F)),
+          jax.random.normal(ks[2], (N, T, KV, F)), jax.random.normal(ks[3], (N, T, KV, R, F)))
+
+
+def _value_and_grads(attn, q, k, v, g):
+  return jax.value_and_grad(lambda q, k, v: jnp.sum(attn(q, k, v) * g), argnums=(0, 1, 2))(q, k, v)
+
+
+def _close(got, want, tol=2e-5):
+  (v1, g1), (v2, g2) = got, want
+  np.testing.assert_allclose(v1, v2, rtol=tol)
+  for a, b in zip(g1, g2):
+    np.testing.assert_allclose(a, b, rtol=tol, atol=tol)
+
+
+@pytest.mark.parametrize("blocks", [1, 2, 4, 8])
+@pytest.mark.parametrize("masked", [False, True])
+def test_blocked_equals_reference(blocks, masked):
+  q, k, v, g = _qkv()
+  mask = jnp.ones((N, T)).at[1, 20:].set(0).at[0, 3].set(0) if masked else None
+  want = _value_and_grads(lambda q, k, v: ReferenceAttention().sequence(q, k, v, mask), q, k, v, g)
+  got = _value_and_grads(lambda q, k, v: causal_blocks.causal_attention(q, k, v, mask, blocks),
+                         q, k, v, g)
+  _close(got, want)
+
+
+def test_block_count():
+  assert causal_blocks.block_count(512) == 8
+  assert causal_blocks.block_count(1024) == 16
+  assert causal_blocks.block_count(64) == 1
+  assert causal_blocks.block_count(1) == 1
+  assert causal_blocks.block_count(97) == 1  # prime: one block
+  assert causal_blocks.block_count(96) == 2  # blocks of 48 are the closest to 64
+
+
+@needs_kernel
+def test_kernel_forward_equals_blocked_forward():
+  q, k, v, _ = _qkv(1)
+  out1, lse1 = kernel.causal(q, k, v, None, 4)
+  out2, lse2 = causal_blocks.blocked_forward(q, k, v, None, 4)
+  np.testing.assert_allclose(out1, out2, rtol=1e-5, atol=1e-5)
+  np.testing.assert_allclose(lse1, lse2, rtol=1e-5, atol=1e-5)
+  with pytest.raises(ValueError, match="key mask"):
+    kernel.causal(q, k, v, jnp.ones((N, T)), 4)
+
+
+@needs_kernel
+@pytest.mark.parametrize("masked", [False, True])
+def test_cpu_sequence_attention_equals_reference(masked):
+  q, k, v, g = _qkv(2)
+  mask = jnp.ones((N, T), jnp.int32).at[0, 25:].set(0) if masked else None
+  want = _value_and_grads(lambda q, k, v: ReferenceAttention().sequence(q, k, v, mask), q, k, v, g)
+  got = _value_and_grads(lambda q, k, v: CpuAttention().sequence(q, k, v, mask), q, k, v, g)
+  _close(got, want)
+
+
+def _kernel_calls(remat: str) -> int:
+  cfg = PRESETS["tiny"]
+  graphdef, state = nnx.split(make_model(cfg, seed=0, attention="cpu_kernel", remat=remat))
+  tokens = jax.random.randint(jax.random.key(1), (2, 24), 0, cfg.vocab_size)
+  loss = lambda s: jnp.sum(token_logprobs(nnx.merge(graphdef, s), tokens, chunk=8))
+  return jax.jit(jax.grad(loss)).lower(state).compile().as_text().count("custom-call(")
+
+
+@needs_kernel
+def test_remat_keeps_the_attention_output():
+  """Under the dot policies the backward reads the kept output and log-normaliser: the kernel
+  runs once per layer; ``full`` keeps nothing and runs it again in the backward."""
+  layers = PRESETS["tiny"].n_layers
+  assert _kernel_calls("none") == layers
+  assert _kernel_calls("dots_no_batch") == layers
+  assert _kernel_calls("full") == 2 * layers
