@@ -9,9 +9,13 @@ block's intermediate values the backward pass keeps and which it recomputes from
 - ``dots``: keeps every matmul output (``checkpoint_dots``), including the attention scores and
   weighted values, and recomputes the element-wise work (norms, RoPE, SwiGLU, softmax).
 - ``dots_no_batch``: keeps the weight matmuls' outputs (no batch dimensions:
-  ``dots_with_no_batch_dims_saveable``) and recomputes attention (its [N, K, T*R, T] scores are
-  batched matmuls) and the element-wise work. The training default: the attention probabilities
-  are the largest per-layer buffers at long T, and their recompute is a small share of the FLOPs.
+  ``dots_with_no_batch_dims_saveable``) and recomputes the element-wise work; the reference
+  attention's [N, K, T*R, T] scores are batched matmuls and are recomputed too. The training
+  default: the attention probabilities are the largest per-layer buffers at long T.
+Both dot policies also keep the outputs named by ``models/matmul.py`` (its products are custom_vjp
+calls, invisible to the dot rules) and the output and log-normaliser of ``causal_blocks`` attention
+(the ``cpu_kernel`` training attention), whose backward needs nothing else: the size of the
+queries per layer instead of a second attention forward.
 
 The choice is static (an attribute of the model, part of its graph definition; ``set_remat``), so
 every program compiles once with it. Decode, chunk and branch passes against a KV cache never
