@@ -3,8 +3,8 @@
 The reference ``attend`` scores every query against every key and masks the upper triangle, so
 half of its two products and of its softmax is thrown away. Here the T queries are split into
 ``blocks`` blocks of T / blocks; block i scores only the keys of blocks 0..i, so the work is
-(blocks + 1) / (2 blocks) of the full square (0.56 at 8 blocks), and only the diagonal block needs
-the causal mask.
+(blocks + 1) / (2 blocks) of the full square (0.56 at 8 blocks), and only the diagonal block of
+keys has masked entries.
 
 The backward is written out (``jax.custom_vjp``) in the flash-attention form: the forward keeps
 only each query's output and log-normaliser (lse), and the backward recomputes each block's
@@ -23,7 +23,6 @@ import functools
 
 import jax
 import jax.numpy as jnp
-
 from jax.ad_checkpoint import checkpoint_name
 
 OUT_NAME, LSE_NAME = "causal_attention_out", "causal_attention_lse"  # the kept residuals
@@ -39,8 +38,9 @@ def block_count(t: int, target: int = 64) -> int:
 
 
 def _visible(i: int, size: int, keep_K=None):
-  """[size * R ... ] mask of block i's queries over keys 0 .. (i + 1) * size: causal on the last
-  block of keys only, and the keys' padding mask ``keep_K`` ([N, S] or None)."""
+  """[N or 1, 1, size, 1, S] visibility of block i's queries over keys 0 .. S = (i + 1) * size:
+  causal (only the last block of keys has hidden entries) and the keys' mask ``keep_K`` ([N, T]
+  float, 1 = valid; or None)."""
   s = (i + 1) * size
   q_pos = i * size + jnp.arange(size)
   causal_QS = jnp.arange(s)[None, :] <= q_pos[:, None]
