@@ -4,8 +4,9 @@
   .venv/bin/python scripts/readme_results.py --log FILE      # updates from a saved run's output
 
 ``--run`` runs exactly the README's main-job command (``python -m arenarl_jax.main
---config=configs/quickstart.py --workdir=runs/quickstart``; a fresh workdir unless ``--workdir``
-says otherwise), tees its output to ``<workdir>/output.txt`` and then copies the final
+--config=configs/quickstart.py --workdir=runs/quickstart``, or ``--workdir``) in a fresh workdir:
+a workdir that already holds files is refused (the job would resume from its checkpoints and
+the block would show a resumed run's times), never deleted. It tees its output to ``<workdir>/output.txt`` and then copies the final
 evaluation's table, the time per stage and the ``RESULT`` line into README.md between the
 ``quickstart-output`` markers, with the run's wall time, date and load average. Ends with
 ``RESULT readme_updated=1 wall_s=…``.
@@ -53,7 +54,11 @@ def replace_block(readme: str, block: str) -> str:
 
 
 def run_quickstart(workdir: pathlib.Path) -> tuple[str, float]:
-  """Runs the main job, streaming and saving its output; (output, wall seconds)."""
+  """Runs the main job in a fresh ``workdir``, streaming and saving its output; (output, wall
+  seconds). A workdir with files in it is refused: the job would resume instead of running."""
+  if workdir.exists() and any(workdir.iterdir()):
+    raise SystemExit(f"--workdir {workdir} already holds a run (the quickstart would resume from "
+                     "it): move it away or pass another --workdir; README.md left unchanged")
   workdir.mkdir(parents=True, exist_ok=True)
   cmd = [sys.executable, *COMMAND, f"--workdir={workdir}"]
   t0 = time.monotonic()

@@ -70,3 +70,16 @@ def _write(tmp_path, text):
   path = tmp_path / "out.txt"
   path.write_text(text)
   return path
+
+
+def test_run_refuses_a_workdir_that_holds_a_run(tmp_path):
+  """--run in a used workdir would resume and print a resumed run's times: refused, nothing
+  deleted, README untouched."""
+  used = tmp_path / "quickstart"
+  used.mkdir()
+  (used / "checkpoint").write_text("x")
+  readme = tmp_path / "README.md"
+  readme.write_text("unchanged")
+  with pytest.raises(SystemExit, match="already holds a run"):
+    readme_results.main(["--run", f"--workdir={used}", f"--readme={readme}"])
+  assert (used / "checkpoint").read_text() == "x" and readme.read_text() == "unchanged"
