@@ -61,9 +61,6 @@ class ScannedModel:
   def head(self, h_NTD):
     return self.shell.head(h_NTD)
 
-  def head_vocab_major(self, h_NTD):
-    return self.shell.head_vocab_major(h_NTD)
-
 
 def split_for_scan(cfg: ModelConfig, state):
   """(shell graphdef, shell state, block graphdef, stacked block state) from a full model's state

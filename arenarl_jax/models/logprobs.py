@@ -19,6 +19,14 @@ def _row_temperature(temperature, n: int):
   return jnp.where(t_N > 0, t_N, 1.0)
 
 
+def _vocab_major_logits(model, h_NtD):
+  """[V, N, t] logits: the Transformer's fast vocabulary-major head, or, for a model whose
+  ``head`` is its own (a subclass or a stand-in overriding it), that head's logits moved."""
+  if isinstance(model, Transformer) and type(model).head is Transformer.head:
+    return model.head_vocab_major(h_NtD)
+  return jnp.moveaxis(model.head(h_NtD), -1, 0)
+
+
 def token_logprobs(model: Transformer, tokens_NT, positions_NT=None, mask_NT=None, *,
                    chunk: int = 64, temperature=1.0, return_entropy: bool = False,
                    checkpoint_chunks: bool = True):
@@ -45,7 +53,7 @@ def token_logprobs(model: Transformer, tokens_NT, positions_NT=None, mask_NT=Non
 
   def one_chunk(h_NtD, tg_Nt):
     # Vocabulary-major logits (the head's fast orientation; reductions over axis 0).
-    z_VNt = model.head_vocab_major(h_NtD) / t_N[None, :, None]
+    z_VNt = _vocab_major_logits(model, h_NtD) / t_N[None, :, None]
     lse_Nt = jax.nn.logsumexp(z_VNt, axis=0)
     picked_Nt = jnp.take_along_axis(z_VNt, tg_Nt[None], axis=0)[0]
     if not return_entropy:

@@ -92,3 +92,15 @@ def test_vocab_major_head_is_the_head_transposed():
     h = jax.random.normal(jax.random.key(2), (2, 5, cfg.d_model))
     np.testing.assert_allclose(model.head_vocab_major(h), model.head(h).transpose(2, 0, 1),
                                rtol=1e-5, atol=1e-5)
+
+
+def test_a_model_with_its_own_head_is_scored_with_it():
+  """A subclass that overrides ``head`` gets log-probs from that head, not the embedding's."""
+  class Shifted(type(make_model(CFG))):
+    def head(self, h_NTD):
+      return super().head(h_NTD) * 0.0 + jnp.arange(CFG.vocab_size, dtype=jnp.float32)
+
+  model = Shifted(CFG, rngs=nnx.Rngs(params=0))
+  tokens = jnp.asarray([[1, 5, 96]], jnp.int32)
+  want = jax.nn.log_softmax(jnp.arange(CFG.vocab_size, dtype=jnp.float32))[jnp.array([5, 96])]
+  np.testing.assert_allclose(token_logprobs(model, tokens, chunk=2)[0, 1:], want, rtol=1e-5)
