@@ -21,6 +21,8 @@ import sys
 from absl import app, flags, logging
 from ml_collections import config_flags
 
+from arenarl_jax.models.cpu import allocator
+
 _CONFIG = config_flags.DEFINE_config_file("config", None, "Config file (configs/*.py[:arg]).",
                                           lock_config=True)
 _WORKDIR = flags.DEFINE_string("workdir", None, "Where outputs (logs, metrics, results) go.")
@@ -57,7 +59,9 @@ def main(argv):
 
 
 def run():
-  """Console-script entry point (`arenarl`)."""
+  """Console-script entry point (`arenarl`); on a CPU-only host it first re-executes itself with
+  the retained-heap allocator settings (``models/cpu/allocator.py``)."""
+  allocator.reexec_with_retained_heap()
   app.run(main)
 
 

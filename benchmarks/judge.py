@@ -45,6 +45,7 @@ import numpy as np
 
 from arenarl_jax.judges import http
 from arenarl_jax.judges import local_server
+from arenarl_jax.models.cpu import allocator
 from arenarl_jax.models.embedded import find_smollm2_gguf
 from arenarl_jax.types import Match, Step, ToolCall, Trajectory
 
@@ -262,6 +263,7 @@ def main() -> None:
   parser.add_argument("--max_tokens", type=int, default=192)
   parser.add_argument("--attention", default="auto", help="model.attention of the Flax judge")
   args = parser.parse_args()
+  allocator.reexec_with_retained_heap()  # as the CLI does (models/cpu/allocator.py)
   n_all = max(args.flax_matches, args.http_matches, args.generative_matches)
   matches = make_matches(n_all)
   reference = truth(matches)

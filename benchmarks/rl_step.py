@@ -102,4 +102,6 @@ def main(argv=None):
 
 
 if __name__ == "__main__":
+  from arenarl_jax.models.cpu import allocator  # pylint: disable=g-import-not-at-top
+  allocator.reexec_with_retained_heap()  # as the CLI does
   main()

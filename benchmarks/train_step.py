@@ -8,12 +8,16 @@ Both sides: the arenarl preset's loss (token ratio clipped at 0.2 / 0.28, k3 KL 
 reference at coefficient 0.02, seq_mean_token_mean), the reference's log-probs from a no-grad pass,
 clip-by-global-norm 1.0 + AdamW, float32, the same tokens, mask, advantages and old log-probs.
 Ours is ``train_step.Trainer.step`` (checkpointed chunked log-probs, donated state); torch is the
-straightforward full-logits step as its users write it, best of 1 and 2 threads.
+straightforward full-logits step as its users write it, best of 1 and 2 threads, in a worker
+process of its own started by this script (one framework's allocator and thread pools must not
+slow the other's steps down), with the same environment: the script first re-executes itself with
+the retained-heap allocator settings of ``models/cpu/allocator.py``, as the CLI does, so neither
+side faults its step's memory in afresh on every step.
 MFU = model FLOPs (6 x parameters x tokens + 12 x layers x heads x head_dim x T x tokens) per
 second over the median of ten float32 2048^3 matmuls timed in this process; HFU also counts the
 work the step really does beyond that (the reference pass, the recomputed head chunks and the
 blocks' work that ``--remat`` recomputes).
-Peak RSS is read before torch is imported, so it is ours. ``--remat`` is the trainer's
+Peak RSS is this process's, so it is ours alone. ``--remat`` is the trainer's
 ``model.remat`` (default: the training default); XLA's memory analysis of the compiled step
 (temporaries, arguments, outputs) is printed, and ``--memory_only`` stops there (no timing).
 Ends with one ``RESULT`` line.
@@ -22,6 +26,8 @@ from __future__ import annotations
 
 import argparse
 import os
+import subprocess
+import sys
 import tempfile
 import time
 
@@ -32,6 +38,7 @@ from flax import nnx
 
 from arenarl_jax import losses, sharding
 from arenarl_jax.models import remat as remat_lib
+from arenarl_jax.models.cpu import allocator
 from arenarl_jax.models.cpu import compile_options
 from arenarl_jax.models.config import PRESETS
 from arenarl_jax.models.loading import load_model
@@ -121,6 +128,41 @@ def torch_step_fn(hf_dir: str, inputs: dict[str, np.ndarray]):
   return run
 
 
+_STEP_LINE = "TORCH_STEP_S"
+
+
+def torch_worker(hf_dir: str) -> None:
+  """``--torch_worker DIR``: the torch step on ``DIR``'s model and ``inputs.npz``; runs one step
+  per thread count read from stdin and answers each with a line ``TORCH_STEP_S <seconds>``."""
+  inputs = dict(np.load(os.path.join(hf_dir, "inputs.npz")))
+  run = torch_step_fn(hf_dir, inputs)
+  for line in sys.stdin:
+    start = time.perf_counter()
+    run(int(line))
+    print(f"{_STEP_LINE} {time.perf_counter() - start}", flush=True)
+
+
+class TorchProcess:
+  """The torch step in a worker process (this script with ``--torch_worker``)."""
+
+  def __init__(self, hf_dir: str):
+    self.proc = subprocess.Popen([sys.executable, __file__, "--torch_worker", hf_dir],
+                                 stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+
+  def step(self, threads: int) -> float:
+    """Runs one step with ``threads`` threads; the worker's own timing of it in seconds."""
+    self.proc.stdin.write(f"{threads}\n")
+    self.proc.stdin.flush()
+    for line in self.proc.stdout:
+      if line.startswith(_STEP_LINE):
+        return float(line.split()[1])
+    raise RuntimeError(f"the torch worker exited with {self.proc.wait()}")
+
+  def close(self) -> None:
+    self.proc.stdin.close()
+    self.proc.wait()
+
+
 def main():
   parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
   parser.add_argument("--model", default="smollm2", choices=("smollm2", "tiny"))
@@ -132,7 +174,12 @@ def main():
                       help="model.remat of the trainer's step")
   parser.add_argument("--memory_only", action="store_true",
                       help="compile the step, print XLA's memory analysis, time nothing")
+  parser.add_argument("--torch_worker", default="", help=argparse.SUPPRESS)
   args = parser.parse_args()
+  if args.torch_worker:
+    torch_worker(args.torch_worker)
+    return
+  allocator.reexec_with_retained_heap()
   n, t = args.batch, args.tokens
   print(f"load average at start: {os.getloadavg()}; devices: {jax.devices()[:1]}")
 
@@ -178,17 +225,21 @@ def main():
   print(f"ours: first step {time.perf_counter() - start:.1f} s")
   rate = matmul_rate()
   peak_rss_gb = timing.peak_rss_gb()
-  print(f"peak RSS before torch is imported: {peak_rss_gb:.2f} GB; "
+  print(f"peak RSS (this process, ours alone): {peak_rss_gb:.2f} GB; "
         f"2048^3 matmul: {rate / 1e9:.0f} GFLOP/s")
 
   with tempfile.TemporaryDirectory() as hf_dir:
     export_hf_dir(model, cfg, hf_dir)
-    torch_run = torch_step_fn(hf_dir, inputs)
-  runs = {"ours": ours}
-  for threads in (1, 2):
-    runs[f"torch_{threads}t"] = lambda threads=threads: torch_run(threads)
-    runs[f"torch_{threads}t"]()
-  med, times = timing.interleaved_medians(runs, args.repeats)
+    np.savez(os.path.join(hf_dir, "inputs.npz"), **inputs)
+    worker = TorchProcess(hf_dir)
+    try:
+      runs = {"ours": ours}
+      for threads in (1, 2):
+        runs[f"torch_{threads}t"] = lambda threads=threads: worker.step(threads)
+        runs[f"torch_{threads}t"]()  # warm-up
+      med, times = timing.interleaved_medians(runs, args.repeats)
+    finally:
+      worker.close()
   for name, ts in times.items():
     print(f"{name:>9}: median {med[name]:.2f} s = {n * t / med[name]:.0f} tok/s "
           f"(runs: {', '.join(f'{x:.2f}' for x in ts)})")

@@ -1,0 +1,73 @@
+"""The C allocator's settings for CPU runs: memory a call frees stays mapped for the next call.
+
+XLA:CPU allocates a program's temporaries when a call starts and frees them when it returns. Under
+glibc's defaults the freed blocks go back to the kernel (blocks above the mmap threshold are
+unmapped, a worker thread's heap is deleted once empty, the main heap's free top is trimmed), so
+every call faults its temporaries in again as fresh zeroed pages. The SmolLM2 8 x 512 training
+step faults in ~3.3 GB (~820k pages) per step that way: seconds of kernel time per step on a quiet
+machine, tens of seconds on a virtual machine whose host is short of free memory
+(benchmarks/README.md, "Training step"). ``RETAINED_HEAP`` keeps the pages: one arena (so XLA's
+worker threads allocate from the main heap), no mmap'd blocks and no trimming. After the first
+call a call faults in nothing; the process keeps its peak resident memory, which a training
+process reaches on every step anyway.
+
+glibc reads these settings only when a process starts, so ``reexec_with_retained_heap`` runs the
+current command again, once, with them in its environment. The CLI and the benchmarks call it
+first thing. It acts only on Linux with glibc and a CPU-only JAX (``JAX_PLATFORMS`` starting with
+``cpu``, or no accelerator plugin installed), never when any of the variables is already set (the
+user's own choice wins), and not at all with ``ARENARL_MALLOC=default``. Setting the variables
+yourself (for example before starting a notebook server) has the same effect.
+"""
+from __future__ import annotations
+
+import importlib.metadata
+import os
+import platform
+import sys
+
+RETAINED_HEAP = {
+    "MALLOC_ARENA_MAX": "1",
+    "MALLOC_MMAP_MAX_": "0",
+    "MALLOC_TRIM_THRESHOLD_": str(1 << 40),
+}
+OPT_OUT = "ARENARL_MALLOC"  # =default: keep glibc's defaults
+_ACCELERATOR_PLUGINS = ("jax-cuda", "jax_cuda", "jax-rocm", "jax_rocm", "libtpu")
+
+
+def _accelerator_plugin_installed() -> bool:
+  names = (dist.metadata["Name"] or "" for dist in importlib.metadata.distributions())
+  return any(name.lower().startswith(_ACCELERATOR_PLUGINS) for name in names)
+
+
+def cpu_only(environ=None) -> bool:
+  """Whether JAX will run on the CPU: ``JAX_PLATFORMS`` names cpu first, or, unset, no
+  accelerator plugin is installed. Initialises no backend (a re-executed process must not have
+  opened a device)."""
+  environ = os.environ if environ is None else environ
+  platforms = environ.get("JAX_PLATFORMS", "").strip()
+  if platforms:
+    return platforms.split(",")[0].strip() == "cpu"
+  return not _accelerator_plugin_installed()
+
+
+def wants_retained_heap(environ=None) -> bool:
+  """Whether ``reexec_with_retained_heap`` would re-execute this process (see the module doc)."""
+  environ = os.environ if environ is None else environ
+  if environ.get(OPT_OUT, "") == "default":
+    return False
+  if sys.platform != "linux" or platform.libc_ver()[0] != "glibc":
+    return False
+  if any(name in environ for name in RETAINED_HEAP):
+    return False
+  return cpu_only(environ)
+
+
+def reexec_with_retained_heap() -> None:
+  """Re-executes the current command with ``RETAINED_HEAP`` in its environment when
+  ``wants_retained_heap()``; returns without doing anything otherwise. Call it before anything
+  starts threads or opens files it relies on (the process image is replaced)."""
+  if not wants_retained_heap():
+    return
+  sys.stdout.flush()
+  sys.stderr.flush()
+  os.execve(sys.executable, list(sys.orig_argv), {**os.environ, **RETAINED_HEAP})

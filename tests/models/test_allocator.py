@@ -1,0 +1,70 @@
+"""The retained-heap allocator settings: when the process re-executes, and that a repeated call
+then faults in no fresh pages while glibc's defaults fault in its buffers on every call."""
+import os
+import platform
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+from arenarl_jax.models.cpu import allocator
+
+GLIBC = sys.platform == "linux" and platform.libc_ver()[0] == "glibc"
+
+# Calls a program whose output (64 MB) lies above glibc's largest mmap threshold sixteen times and
+# prints the minor page faults of the last six calls (the heap settles within the first few).
+_SCRIPT = textwrap.dedent("""
+    import os, resource
+    from arenarl_jax.models.cpu import allocator
+    allocator.reexec_with_retained_heap()
+    import jax, jax.numpy as jnp
+    f = jax.jit(lambda x: jnp.sin(x) + 1)
+    x = jnp.ones((8192, 2048), jnp.float32)
+    faults = []
+    for _ in range(16):
+      before = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+      y = f(x).block_until_ready()
+      del y
+      faults.append(resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before)
+    print("ARENA", os.environ.get("MALLOC_ARENA_MAX"), "FAULTS", *faults[-6:])
+""")
+
+
+def _run(extra_env: dict[str, str]) -> tuple[str | None, list[int]]:
+  env = {k: v for k, v in os.environ.items()
+         if k not in allocator.RETAINED_HEAP and k != allocator.OPT_OUT}
+  env.update(JAX_PLATFORMS="cpu", XLA_FLAGS="", **extra_env)
+  out = subprocess.run([sys.executable, "-c", _SCRIPT], env=env, capture_output=True, text=True,
+                       timeout=300, check=True).stdout
+  line = [x for x in out.splitlines() if x.startswith("ARENA")][-1].split()
+  return (None if line[1] == "None" else line[1]), [int(x) for x in line[3:]]
+
+
+@pytest.mark.skipif(not GLIBC, reason="the settings are glibc's")
+def test_decision_follows_platform_opt_out_and_user_settings():
+  assert allocator.wants_retained_heap({"JAX_PLATFORMS": "cpu"})
+  assert allocator.wants_retained_heap({"JAX_PLATFORMS": "cpu,cuda"})
+  assert not allocator.wants_retained_heap({"JAX_PLATFORMS": "cuda"})
+  assert not allocator.wants_retained_heap({"JAX_PLATFORMS": "tpu,cpu"})
+  assert not allocator.wants_retained_heap({"JAX_PLATFORMS": "cpu", "ARENARL_MALLOC": "default"})
+  for name in allocator.RETAINED_HEAP:  # any one set by the user: theirs wins, no re-exec
+    assert not allocator.wants_retained_heap({"JAX_PLATFORMS": "cpu", name: "4"})
+
+
+def test_cpu_only_reads_jax_platforms_first():
+  assert allocator.cpu_only({"JAX_PLATFORMS": " cpu "})
+  assert not allocator.cpu_only({"JAX_PLATFORMS": "gpu"})
+
+
+@pytest.mark.skipif(not GLIBC, reason="the settings are glibc's")
+def test_reexec_keeps_a_repeated_call_from_faulting_in_fresh_pages():
+  arena, retained_faults = _run({})
+  assert arena == "1"  # the process re-executed itself with the settings
+  default_arena, default_faults = _run({allocator.OPT_OUT: "default"})
+  assert default_arena is None
+  # glibc's defaults unmap the 64 MB block on free, so every call faults it in again (16k pages);
+  # with the heap retained, once the heap has settled, a call reuses the pages an earlier call
+  # freed.
+  assert min(default_faults) > 16_000, default_faults
+  assert min(retained_faults) < 500, retained_faults
