@@ -128,18 +128,18 @@ def torch_step_fn(hf_dir: str, inputs: dict[str, np.ndarray]):
   return run
 
 
-_STEP_LINE = "TORCH_STEP_S"
+_DONE_LINE = "TORCH_STEP_DONE"
 
 
 def torch_worker(hf_dir: str) -> None:
   """``--torch_worker DIR``: the torch step on ``DIR``'s model and ``inputs.npz``; runs one step
-  per thread count read from stdin and answers each with a line ``TORCH_STEP_S <seconds>``."""
+  per thread count read from stdin and answers each with the line ``TORCH_STEP_DONE`` (the
+  caller times the round trip, as it times ours)."""
   inputs = dict(np.load(os.path.join(hf_dir, "inputs.npz")))
   run = torch_step_fn(hf_dir, inputs)
   for line in sys.stdin:
-    start = time.perf_counter()
     run(int(line))
-    print(f"{_STEP_LINE} {time.perf_counter() - start}", flush=True)
+    print(_DONE_LINE, flush=True)
 
 
 class TorchProcess:
@@ -149,13 +149,13 @@ class TorchProcess:
     self.proc = subprocess.Popen([sys.executable, __file__, "--torch_worker", hf_dir],
                                  stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
 
-  def step(self, threads: int) -> float:
-    """Runs one step with ``threads`` threads; the worker's own timing of it in seconds."""
+  def step(self, threads: int) -> None:
+    """Runs one step with ``threads`` threads and waits for it."""
     self.proc.stdin.write(f"{threads}\n")
     self.proc.stdin.flush()
     for line in self.proc.stdout:
-      if line.startswith(_STEP_LINE):
-        return float(line.split()[1])
+      if line.startswith(_DONE_LINE):
+        return
     raise RuntimeError(f"the torch worker exited with {self.proc.wait()}")
 
   def close(self) -> None:
