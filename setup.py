@@ -7,7 +7,7 @@ setuptools.setup(
     description="ArenaRL in JAX/Flax: tournament-ranked RL for open-ended LLM agents.",
     packages=setuptools.find_packages(include=["arenarl_jax", "arenarl_jax.*"]),
     # C++ sources compiled on first use (models/cpu/build.py).
-    package_data={"arenarl_jax": ["models/cpu/*.cc"]},
+    package_data={"arenarl_jax": ["models/cpu/*.cc", "models/cpu/*.h"]},
     python_requires=">=3.11",
     # Ranges, not pins: the GPU machine ships its own jax/flax (0.11 era) and we must run there too.
     install_requires=[

