@@ -116,6 +116,33 @@ def token_weights(mask_NT, norm: Mapping[str, jax.Array], cfg: LossConfig):
   raise ValueError(f"loss.aggregation: unknown value {cfg.aggregation!r}; expected {AGGREGATIONS}")
 
 
+def clipped_surrogate(w_NT, adv_N1, cfg: LossConfig):
+  """pg = -min(w A, clip(w, 1 - clip_low, 1 + clip_high) A) per token."""
+  clipped_NT = jnp.clip(w_NT, 1.0 - cfg.clip_low, 1.0 + cfg.clip_high)
+  return -jnp.minimum(w_NT * adv_N1, clipped_NT * adv_N1)
+
+
+def token_objective(logp_NT, extras: Mapping[str, jax.Array], cfg: LossConfig):
+  """The token-ratio objective's per-token terms, weight * (pg + kl_coef * KL), whose sum is
+  ``policy_loss``'s loss: elementwise in (n, t), the form the fused head differentiates
+  (``models/loss_head.py``). ``extras`` ([N, T] each): ``weight`` (``token_weights``), ``mask``,
+  ``advantage`` (the row's advantage on every token), and ``old_logp`` / ``ref_logp`` when there
+  are any (absent: the current log-probs, stop-gradient: ratio 1 / no KL)."""
+  if cfg.ratio != "token":
+    raise ValueError("token_objective: the sequence ratio couples a row's tokens")
+  current = jax.lax.stop_gradient(logp_NT)
+  w_NT = importance_ratio(logp_NT, extras.get("old_logp", current), extras["mask"], "token",
+                          cfg.log_ratio_clamp)
+  kl_NT = kl_estimate(logp_NT, extras.get("ref_logp", current), cfg.kl, cfg.log_ratio_clamp)
+  return extras["weight"] * (clipped_surrogate(w_NT, extras["advantage"], cfg)
+                             + cfg.kl_coef * kl_NT)
+
+
+def sft_token_objective(logp_NT, extras: Mapping[str, jax.Array]):
+  """SFT's per-token terms, -weight * logp with weight = mask / batch tokens (``sft_loss``)."""
+  return -extras["weight"] * logp_NT
+
+
 def policy_loss(logp_NT, old_logp_NT, ref_logp_NT, advantages_N, mask_NT,
                 norm: Mapping[str, jax.Array], cfg: LossConfig, entropy_NT=None):
   """(loss, metrics) for this part of a batch; ``norm`` comes from ``normalisers`` of the whole.
@@ -127,8 +154,7 @@ def policy_loss(logp_NT, old_logp_NT, ref_logp_NT, advantages_N, mask_NT,
   mask_NT = mask_NT.astype(jnp.float32)
   adv_N1 = advantages_N.astype(jnp.float32)[:, None]
   w_NT = importance_ratio(logp_NT, old_logp_NT, mask_NT, cfg.ratio, cfg.log_ratio_clamp)
-  clipped_NT = jnp.clip(w_NT, 1.0 - cfg.clip_low, 1.0 + cfg.clip_high)
-  pg_NT = -jnp.minimum(w_NT * adv_N1, clipped_NT * adv_N1)
+  pg_NT = clipped_surrogate(w_NT, adv_N1, cfg)
   kl_NT = kl_estimate(logp_NT, ref_logp_NT, cfg.kl, cfg.log_ratio_clamp)
   weight_NT = token_weights(mask_NT, norm, cfg)
   loss = jnp.sum(weight_NT * (pg_NT + cfg.kl_coef * kl_NT))

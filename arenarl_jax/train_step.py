@@ -7,6 +7,9 @@
     SUMS over micro-batches of terms already divided by batch-wide normalisers, so the update is
     the same however the batch is split (micro-batches, accumulation, devices);
   - ``ref_logp`` comes from the frozen ``ref_params`` (never donated) at each row's temperature;
+  - the token ratio's objective and SFT's are sums of per-token terms, so the head's gradients
+    are formed in the forward pass (``models/loss_head.py``; no logits recomputed); the sequence
+    ratio's loss is differentiated through the checkpointed log-probs;
   - clip-by-global-norm + AdamW with a schedule.
 ``Trainer`` holds the jitted functions for a mesh: parameters and optimizer state placed by the
 partition rules (``sharding.py``), the batch's rows over data x fsdp, the state donated. The new
@@ -26,7 +29,7 @@ from flax import nnx
 from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 
 from arenarl_jax import losses, sharding
-from arenarl_jax.models import remat as remat_lib
+from arenarl_jax.models import loss_head, remat as remat_lib
 from arenarl_jax.models.cpu import compile_options
 from arenarl_jax.models.logprobs import token_logprobs
 from arenarl_jax.models.transformer import set_remat
@@ -70,16 +73,42 @@ def make_optimizer(optim: Mapping[str, Any], total_steps: int) -> optax.Gradient
   return optax.chain(optax.clip_by_global_norm(clip), adamw) if clip > 0 else adamw
 
 
+def _model(graphdef, params, remat: str | None):
+  model = nnx.merge(graphdef, nnx.State(params))
+  if remat is not None:
+    set_remat(model, remat)
+  return model
+
+
 def batch_logprobs(graphdef, params, batch, *, chunk: int, entropy: bool = False,
                    remat: str | None = None):
   """Teacher-forced log-probs of ``batch["tokens_NT"]`` at each row's temperature.
 
   ``remat``: the blocks' rematerialisation (``model.remat``; None: the graph definition's)."""
-  model = nnx.merge(graphdef, nnx.State(params))
-  if remat is not None:
-    set_remat(model, remat)
-  return token_logprobs(model, batch["tokens_NT"], chunk=chunk, temperature=batch["temperature_N"],
-                        return_entropy=entropy)
+  return token_logprobs(_model(graphdef, params, remat), batch["tokens_NT"], chunk=chunk,
+                        temperature=batch["temperature_N"], return_entropy=entropy)
+
+
+def fused_objective(graphdef, params, batch, token_loss, extras, *, chunk: int,
+                    remat: str | None = None):
+  """(objective, logp_NT, entropy_NT) by the fused head (``models/loss_head.py``) when the model
+  has the plain head, else objective None and the log-probs of ``batch_logprobs``: the caller
+  then differentiates its loss through them. ``token_loss`` and ``extras`` as the fused head
+  takes them."""
+  model = _model(graphdef, params, remat)
+  if not loss_head.supports(model):
+    return (None, *token_logprobs(model, batch["tokens_NT"], chunk=chunk,
+                                  temperature=batch["temperature_N"], return_entropy=True))
+  return loss_head.fused_token_loss(model, batch["tokens_NT"], token_loss, extras, chunk=chunk,
+                                    temperature=batch["temperature_N"])
+
+
+def _with_gradient_of(loss, objective):
+  """``loss``'s value with ``objective``'s gradient (the same function of the parameters; the
+  fused pass leaves out position 0's constant term)."""
+  if objective is None:
+    return loss
+  return objective + jax.lax.stop_gradient(loss - objective)
 
 
 def _split_micro(batch, a: int):
@@ -97,23 +126,51 @@ def batch_loss(params, ref_params, batch: Mapping[str, jax.Array], norm, *, grap
   """(loss, metrics) of ``batch`` (a part of a minibatch whose normalisers are ``norm``).
 
   ``old_logp_NT`` from the batch when present, else the current log-probs (on-policy: ratio 1);
-  ``ref_logp`` from ``ref_params`` (skipped when ``loss.kl_coef`` is 0).
+  ``ref_logp`` from ``ref_params`` (skipped when ``loss.kl_coef`` is 0). The token ratio's
+  objective is per-token, so its gradient comes from the fused head; the sequence ratio's from
+  the log-probs.
   """
-  logp_NT, ent_NT = batch_logprobs(graphdef, params, batch, chunk=chunk, entropy=True,
-                                   remat=remat)
-  old_NT = batch["old_logp_NT"] if "old_logp_NT" in batch else jax.lax.stop_gradient(logp_NT)
+  mask_NT = batch["loss_mask_NT"].astype(jnp.float32)
+  ref_NT = None
   if loss_cfg.kl_coef:
     ref_NT = jax.lax.stop_gradient(batch_logprobs(graphdef, ref_params, batch, chunk=chunk))
+  if loss_cfg.ratio == "token":
+    adv_NT = jnp.broadcast_to(batch["advantages_N"].astype(jnp.float32)[:, None], mask_NT.shape)
+    extras = {"weight": losses.token_weights(mask_NT, norm, loss_cfg), "mask": mask_NT,
+              "advantage": adv_NT}
+    if "old_logp_NT" in batch:
+      extras["old_logp"] = batch["old_logp_NT"]
+    if ref_NT is not None:
+      extras["ref_logp"] = ref_NT
+    objective, logp_NT, ent_NT = fused_objective(
+        graphdef, params, batch, functools.partial(losses.token_objective, cfg=loss_cfg), extras,
+        chunk=chunk, remat=remat)
   else:
-    ref_NT = jax.lax.stop_gradient(logp_NT)
+    objective = None
+    logp_NT, ent_NT = batch_logprobs(graphdef, params, batch, chunk=chunk, entropy=True,
+                                     remat=remat)
+  old_NT = batch["old_logp_NT"] if "old_logp_NT" in batch else jax.lax.stop_gradient(logp_NT)
+  ref_NT = jax.lax.stop_gradient(logp_NT) if ref_NT is None else ref_NT
   loss, metrics = losses.policy_loss(logp_NT, old_NT, ref_NT, batch["advantages_N"],
                                      batch["loss_mask_NT"], norm, loss_cfg, ent_NT)
+  loss = _with_gradient_of(loss, objective)
   # The sampler's log-probs against the trainer's (same temperature): should be ~0.
-  m_NT = batch["loss_mask_NT"].astype(jnp.float32)
-  gap_NT = jnp.abs(batch["sampler_logp_NT"] - old_NT) * m_NT
+  gap_NT = jnp.abs(batch["sampler_logp_NT"] - old_NT) * mask_NT
   metrics["logp_mismatch_sum"] = jnp.sum(gap_NT) / norm["tokens"]
   metrics["logp_mismatch_max"] = jnp.max(gap_NT)
   return loss, metrics
+
+
+def sft_batch_loss(params, batch: Mapping[str, jax.Array], norm, *, graphdef, chunk: int = 64,
+                   remat: str | None = None):
+  """(loss, metrics) of SFT on ``batch`` (a part of a minibatch whose normalisers are ``norm``),
+  its gradient from the fused head."""
+  weight_NT = batch["loss_mask_NT"].astype(jnp.float32) / norm["tokens"]
+  objective, logp_NT, ent_NT = fused_objective(
+      graphdef, params, batch, losses.sft_token_objective, {"weight": weight_NT}, chunk=chunk,
+      remat=remat)
+  loss, metrics = losses.sft_loss(logp_NT, batch["loss_mask_NT"], norm, ent_NT)
+  return _with_gradient_of(loss, objective), metrics
 
 
 def train_step(state: TrainState, ref_params, batch: Mapping[str, jax.Array], *, graphdef,
@@ -134,9 +191,7 @@ def train_step(state: TrainState, ref_params, batch: Mapping[str, jax.Array], *,
     if rows is not None:
       mb = jax.lax.with_sharding_constraint(mb, rows)
     if objective == "sft":
-      logp_NT, ent_NT = batch_logprobs(graphdef, params, mb, chunk=chunk, entropy=True,
-                                       remat=remat)
-      return losses.sft_loss(logp_NT, mb["loss_mask_NT"], norm, ent_NT)
+      return sft_batch_loss(params, mb, norm, graphdef=graphdef, chunk=chunk, remat=remat)
     return batch_loss(params, ref_params, mb, norm, graphdef=graphdef, loss_cfg=loss_cfg,
                       chunk=chunk, remat=remat)
 

@@ -13,7 +13,7 @@ import jax.numpy as jnp
 from arenarl_jax.models.transformer import Transformer
 
 
-def _row_temperature(temperature, n: int):
+def row_temperature(temperature, n: int):
   """[N] float32 temperatures; T <= 0 (a greedy row) is scored at T = 1."""
   t_N = jnp.broadcast_to(jnp.asarray(temperature, jnp.float32), (n,))
   return jnp.where(t_N > 0, t_N, 1.0)
@@ -39,7 +39,7 @@ def token_logprobs(model: Transformer, tokens_NT, positions_NT=None, mask_NT=Non
   then keeps every chunk's logits: only for measuring what the checkpoint saves).
   """
   n, t = tokens_NT.shape
-  t_N = _row_temperature(temperature, n)
+  t_N = row_temperature(temperature, n)
   h_NTD, _ = model.hidden(tokens_NT, positions_NT, mask_NT=mask_NT)
   # Predict token t+1 from hidden t: shift targets left; the last hidden has no target.
   h_NTD = h_NTD[:, :-1]
