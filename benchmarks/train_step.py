@@ -7,7 +7,7 @@
 Both sides: the arenarl preset's loss (token ratio clipped at 0.2 / 0.28, k3 KL to a frozen
 reference at coefficient 0.02, seq_mean_token_mean), the reference's log-probs from a no-grad pass,
 clip-by-global-norm 1.0 + AdamW, float32, the same tokens, mask, advantages and old log-probs.
-Ours is ``train_step.Trainer.step`` (checkpointed chunked log-probs, donated state); torch is the
+Ours is ``train_step.Trainer.step`` (chunked head fused with the loss, donated state); torch is the
 straightforward full-logits step as its users write it, best of 1 and 2 threads, in a worker
 process of its own started by this script (one framework's allocator and thread pools must not
 slow the other's steps down), with the same environment: the script first re-executes itself with
@@ -15,8 +15,9 @@ the retained-heap allocator settings of ``models/cpu/allocator.py``, as the CLI 
 side faults its step's memory in afresh on every step.
 MFU = model FLOPs (6 x parameters x tokens + 12 x layers x heads x head_dim x T x tokens) per
 second over the median of ten float32 2048^3 matmuls timed in this process; HFU also counts the
-work the step really does beyond that (the reference pass, the recomputed head chunks and the
-blocks' work that ``--remat`` recomputes).
+work the step really does beyond that (the reference pass, the attention backward's recomputed
+scores and the blocks' work that ``--remat`` recomputes; the token ratio's fused head recomputes
+no logits).
 Peak RSS is this process's, so it is ours alone. ``--remat`` is the trainer's
 ``model.remat`` (default: the training default); XLA's memory analysis of the compiled step
 (temporaries, arguments, outputs) is printed, and ``--memory_only`` stops there (no timing).
@@ -247,11 +248,12 @@ def main():
   p, tokens = cfg.num_params(), n * t
   attn = 12 * cfg.n_layers * cfg.n_heads * cfg.head_dim * t * tokens
   model_flops = 6 * p * tokens + attn
-  # Beyond the model FLOPs: the reference's forward, the head recomputed in the backward, the
+  # Beyond the model FLOPs: the reference's forward, the head recomputed in the backward (none
+  # with the token ratio: its gradients are formed in the forward, models/loss_head.py), the
   # attention backward's recomputed scores (flash form, models/causal_blocks.py) and what remat
   # recomputes (full: every block's forward). Attention counts the whole square (the PaLM
   # convention) although the causal blocks and the kernel skip the masked half.
-  head = 2 * cfg.vocab_size * cfg.d_model * tokens
+  head = 0 if LOSS.ratio == "token" else 2 * cfg.vocab_size * cfg.d_model * tokens
   recompute = attn / 6 + {"none": 0, "dots": 0, "dots_no_batch": 0,
                           "full": 2 * (p - cfg.vocab_size * cfg.d_model) * tokens + attn / 3
                           }[args.remat]
