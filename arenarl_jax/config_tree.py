@@ -147,7 +147,7 @@ def make_base_config() -> ml_collections.ConfigDict:
       minibatches_per_rollout=4,  # optimizer updates per rollout batch (the ratio departs from 1)
       accumulation_steps=1,  # micro-batches per update (exact batch-wide token means)
       train_anchor=True,  # train the greedy anchor row like the others (as the reference does)
-      logprob_chunk=64,  # token_logprobs' checkpointed chunk over T
+      logprob_chunk=64,  # the head's chunk over T (token_logprobs, the fused loss head)
       bucket=64,  # rows are padded to a multiple of this many tokens
       rollout="fake",  # train.ROLLOUTS key; "fake": random sequences (updates/resume/pods checks)
       fake_prompts=16,  # the fake rollout's prompt count (an epoch)

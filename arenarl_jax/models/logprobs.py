@@ -1,9 +1,11 @@
 """Teacher-forced per-token log-probs (and entropies) without materialising [N, T, V] logits.
 
-Used by the sampler's tests, the judge and the training update, so it is differentiable: the head
-and log-softmax run over T in chunks inside a scan, and each chunk is a ``jax.checkpoint``, so the
-backward pass recomputes one chunk's logits at a time instead of keeping every chunk's [N, chunk, V]
-logits alive (for SmolLM2 at 8 x 512 that is 1.6 GB of logits -> 100 MB per 64-token chunk).
+Used by the sampler's tests, the judge, the trainer's old and reference log-probs and the sequence
+ratio's update (the per-token objectives differentiate ``loss_head.py`` instead), so it is
+differentiable: the head and log-softmax run over T in chunks inside a scan, and each chunk is a
+``jax.checkpoint``, so the backward pass recomputes one chunk's logits at a time instead of keeping
+every chunk's [N, chunk, V] logits alive (for SmolLM2 at 8 x 512 that is 1.6 GB of logits -> 100
+MB per 64-token chunk).
 """
 from __future__ import annotations
 
