@@ -21,6 +21,35 @@ def row_temperature(temperature, n: int):
   return jnp.where(t_N > 0, t_N, 1.0)
 
 
+def to_chunks(x_NT, chunk: int):
+  """[N, T', ...] -> [C, N, chunk, ...]: T' zero-padded to whole chunks, chunk-major (the scan's
+  leading axis)."""
+  n, t = x_NT.shape[:2]
+  steps = -(-t // chunk)
+  x_NT = jnp.pad(x_NT, ((0, 0), (0, steps * chunk - t)) + ((0, 0),) * (x_NT.ndim - 2))
+  return jnp.moveaxis(x_NT.reshape(n, steps, chunk, *x_NT.shape[2:]), 1, 0)
+
+
+def from_chunks(x_CNt, t: int):
+  """[C, N, chunk] per-prediction values of tokens 1..T-1 -> [N, T] with 0 at position 0 (which
+  predicts nothing)."""
+  c, n, chunk = x_CNt.shape
+  x_NT = jnp.moveaxis(x_CNt, 0, 1).reshape(n, c * chunk)[:, : t - 1]
+  return jnp.concatenate([jnp.zeros((n, 1), x_NT.dtype), x_NT], axis=1)
+
+
+def softmax_stats(z_VNt, tg_Nt, entropy: bool = True):
+  """(logp_Nt, entropy_Nt, p_VNt) of vocabulary-major (tempered) logits z [V, N, t] at the
+  targets tg [N, t]: log softmax(z)[target], H = -sum p log p = lse - sum p z and p = softmax(z);
+  without ``entropy`` the last two are None (p is not formed)."""
+  lse_Nt = jax.nn.logsumexp(z_VNt, axis=0)
+  logp_Nt = jnp.take_along_axis(z_VNt, tg_Nt[None], axis=0)[0] - lse_Nt
+  if not entropy:
+    return logp_Nt, None, None
+  p_VNt = jnp.exp(z_VNt - lse_Nt[None])
+  return logp_Nt, lse_Nt - jnp.sum(p_VNt * z_VNt, axis=0), p_VNt
+
+
 def _vocab_major_logits(model, h_NtD):
   """[V, N, t] logits: the Transformer's fast vocabulary-major head, or, for a model whose
   ``head`` is its own (a subclass or a stand-in overriding it), that head's logits moved."""
@@ -44,34 +73,20 @@ def token_logprobs(model: Transformer, tokens_NT, positions_NT=None, mask_NT=Non
   t_N = row_temperature(temperature, n)
   h_NTD, _ = model.hidden(tokens_NT, positions_NT, mask_NT=mask_NT)
   # Predict token t+1 from hidden t: shift targets left; the last hidden has no target.
-  h_NTD = h_NTD[:, :-1]
-  targets_NT = tokens_NT[:, 1:]
-  steps = -(-(t - 1) // chunk)
-  pad = steps * chunk - (t - 1)
-  h_NTD = jnp.pad(h_NTD, ((0, 0), (0, pad), (0, 0)))
-  targets_NT = jnp.pad(targets_NT, ((0, 0), (0, pad)))
-  h_CNtD = h_NTD.reshape(n, steps, chunk, -1).swapaxes(0, 1)
-  tg_CNt = targets_NT.reshape(n, steps, chunk).swapaxes(0, 1)
+  h_CNtD, tg_CNt = to_chunks(h_NTD[:, :-1], chunk), to_chunks(tokens_NT[:, 1:], chunk)
 
   def one_chunk(h_NtD, tg_Nt):
     # Vocabulary-major logits (the head's fast orientation; reductions over axis 0).
     z_VNt = _vocab_major_logits(model, h_NtD) / t_N[None, :, None]
-    lse_Nt = jax.nn.logsumexp(z_VNt, axis=0)
-    picked_Nt = jnp.take_along_axis(z_VNt, tg_Nt[None], axis=0)[0]
-    if not return_entropy:
-      return picked_Nt - lse_Nt, None
-    # H = -sum p log p = lse - sum p z, with p = softmax(z).
-    p_VNt = jnp.exp(z_VNt - lse_Nt[None])
-    return picked_Nt - lse_Nt, lse_Nt - jnp.sum(p_VNt * z_VNt, axis=0)
+    logp_Nt, ent_Nt, _ = softmax_stats(z_VNt, tg_Nt, return_entropy)
+    return logp_Nt, ent_Nt
 
   if checkpoint_chunks:
     one_chunk = jax.checkpoint(one_chunk)
   _, (lp_CNt, ent_CNt) = jax.lax.scan(lambda _, xs: (None, one_chunk(*xs)), None,
                                       (h_CNtD, tg_CNt))
 
-  def unchunk(x_CNt):
-    x_NT = x_CNt.swapaxes(0, 1).reshape(n, steps * chunk)[:, : t - 1]
-    return jnp.concatenate([jnp.zeros((n, 1), x_NT.dtype), x_NT], axis=1)
+  unchunk = lambda x_CNt: from_chunks(x_CNt, t)  # noqa: E731
 
   if not return_entropy:
     return unchunk(lp_CNt)

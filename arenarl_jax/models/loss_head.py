@@ -21,7 +21,7 @@ from typing import Callable, Mapping
 import jax
 import jax.numpy as jnp
 
-from arenarl_jax.models.logprobs import row_temperature
+from arenarl_jax.models.logprobs import from_chunks, row_temperature, softmax_stats, to_chunks
 from arenarl_jax.models.transformer import Transformer
 
 # token_loss(logp_Nt, extras) -> per-token loss [N, t], elementwise in (n, t); extras: the
@@ -46,10 +46,7 @@ def _chunk(token_loss, w_VD, t_N, grads: bool, h_NtD, tg_Nt, valid_Nt, ex):
   """One chunk: (loss, logp_Nt, entropy_Nt, dh_NtD or None, dW_VD or None)."""
   z_VNt = jnp.einsum("vd,ntd->vnt", w_VD, h_NtD,
                      preferred_element_type=jnp.float32) / t_N[None, :, None]
-  lse_Nt = jax.nn.logsumexp(z_VNt, axis=0)
-  logp_Nt = jnp.take_along_axis(z_VNt, tg_Nt[None], axis=0)[0] - lse_Nt
-  p_VNt = jnp.exp(z_VNt - lse_Nt[None])
-  ent_Nt = lse_Nt - jnp.sum(p_VNt * z_VNt, axis=0)  # H = lse - sum p z
+  logp_Nt, ent_Nt, p_VNt = softmax_stats(z_VNt, tg_Nt)
   per_token = lambda lp: jnp.sum(token_loss(lp, ex) * valid_Nt)
   if not grads:
     return per_token(logp_Nt), logp_Nt, ent_Nt, None, None
@@ -119,13 +116,8 @@ def fused_token_loss(model: Transformer, tokens_NT, token_loss: TokenLoss,
   n, t = tokens_NT.shape
   t_N = row_temperature(temperature, n)
   h_NTD, _ = model.hidden(tokens_NT)
-  steps = -(-(t - 1) // chunk)
-  pad = steps * chunk - (t - 1)
-
-  def chunked(x_NT):  # predictions of tokens 1..T-1, padded to whole chunks: [C, N, chunk, ...]
-    x_NT = jnp.pad(x_NT, ((0, 0), (0, pad)) + ((0, 0),) * (x_NT.ndim - 2))
-    return jnp.moveaxis(x_NT.reshape(n, steps, chunk, *x_NT.shape[2:]), 1, 0)
-
+  # Predictions of tokens 1..T-1 from hidden states 0..T-2, in whole chunks.
+  chunked = lambda x_NT: to_chunks(x_NT, chunk)  # noqa: E731
   h_CNtD = chunked(h_NTD[:, :-1])
   tg_CNt = chunked(tokens_NT[:, 1:])
   valid_CNt = chunked(jnp.ones((n, t - 1), jnp.float32))
@@ -133,8 +125,5 @@ def fused_token_loss(model: Transformer, tokens_NT, token_loss: TokenLoss,
   loss, (lp_CNt, ent_CNt) = _fused(token_loss, h_CNtD, _head_weight(model, h_NTD.dtype), tg_CNt,
                                    valid_CNt, t_N, ex_C)
 
-  def unchunk(x_CNt):
-    x_NT = jax.lax.stop_gradient(jnp.moveaxis(x_CNt, 0, 1).reshape(n, steps * chunk)[:, : t - 1])
-    return jnp.concatenate([jnp.zeros((n, 1), x_NT.dtype), x_NT], axis=1)
-
+  unchunk = lambda x_CNt: from_chunks(jax.lax.stop_gradient(x_CNt), t)  # noqa: E731
   return loss, unchunk(lp_CNt), unchunk(ent_CNt)
