@@ -4,9 +4,8 @@ and of full causal sequences (``cache_attention.cc``) and the training backward 
 
 The kernels are compiled into one library on first use with the system C++ compiler (``$CXX``,
 default g++) and jaxlib's FFI headers, and cached on disk by a hash of (sources, compiler, flags,
-jax version) in
-``$ARENARL_KERNEL_CACHE`` (default ``~/.cache/arenarl_jax/kernels``). A shared library is code
-this process runs, so a cached one is loaded only when
+jax version) in ``$ARENARL_KERNEL_CACHE`` (default ``~/.cache/arenarl_jax/kernels``). A shared
+library is code this process runs, so a cached one is loaded only when
 - its directory is owned by the current user and not writable by group or others (it is created
   0700), and the library file likewise, and
 - its SHA-256 equals the one recorded next to it when it was built.
