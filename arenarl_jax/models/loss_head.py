@@ -55,7 +55,11 @@ def _chunk(token_loss, w_VD, t_N, grads: bool, h_NtD, tg_Nt, valid_Nt, ex):
   hit_VNt = jnp.arange(z_VNt.shape[0])[:, None, None] == tg_Nt[None]
   dz_VNt = (g_Nt / t_N[:, None])[None] * (hit_VNt.astype(jnp.float32) - p_VNt)
   dz_VNt = dz_VNt.astype(h_NtD.dtype)
-  dh_NtD = jnp.einsum("vnt,vd->ntd", dz_VNt, w_VD, preferred_element_type=h_NtD.dtype)
+  # Contracted over the leading (vocabulary) axis of both operands: the product's output is the
+  # small [D, N, t], and dz is read in the layout it was written in ("vnt,vd->ntd" made XLA:CPU
+  # write a transposed copy of the [V, N*t] dz first, a strided pass as slow as a product).
+  dh_DNt = jnp.einsum("vd,vnt->dnt", w_VD, dz_VNt, preferred_element_type=h_NtD.dtype)
+  dh_NtD = jnp.transpose(dh_DNt, (1, 2, 0))
   dw_VD = jnp.einsum("vnt,ntd->vd", dz_VNt, h_NtD, preferred_element_type=w_VD.dtype)
   return loss, logp_Nt, ent_Nt, dh_NtD, dw_VD
 
