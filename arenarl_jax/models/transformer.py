@@ -80,10 +80,14 @@ class Transformer(nnx.Module):
 
   def hidden(self, tokens_NT, positions_NT=None, *, cache: KVCache | None = None, mask_NT=None):
     n, t = tokens_NT.shape
+    bound = None if cache is None else cache.position_bound
     if positions_NT is None:
       positions_NT = jnp.broadcast_to(jnp.arange(t, dtype=jnp.int32), (n, t))
+      # The default positions are 0..T-1: RoPE then gathers from a table of exactly those, made
+      # once (``rope_tables``), where cos and sin computed per position would be evaluated again
+      # inside every layer's q and k rotation (the training forward's and its recompute's).
+      bound = t if bound is None else bound
     x_NTD = jnp.take(self.embed[...], tokens_NT, axis=0)
-    bound = None if cache is None else cache.position_bound
     return self._forward(x_NTD, positions_NT, cache, bound, mask_NT=mask_NT)
 
   def fill(self, tokens_NT, positions_NT, *, cache: KVCache) -> KVCache:

@@ -67,15 +67,27 @@ def test_block_count():
   assert causal_blocks.block_count(96) == 2  # blocks of 48 are the closest to 64
 
 
+def _sequence(seed, t, f):
+  ks = jax.random.split(jax.random.key(seed), 4)
+  return (jax.random.normal(ks[0], (N, t, KV, R, f)), jax.random.normal(ks[1], (N, t, KV, f)),
+          jax.random.normal(ks[2], (N, t, KV, f)), jax.random.normal(ks[3], (N, t, KV, R, f)))
+
+
 @needs_kernel
-def test_kernel_forward_equals_blocked_forward():
-  q, k, v, _ = _qkv(1)
-  out1, lse1 = kernel.causal(q, k, v, None, 4)
-  out2, lse2 = causal_blocks.blocked_forward(q, k, v, None, 4)
+@pytest.mark.parametrize("t, f", [(37, 64), (32, 16)])
+def test_kernel_forward_equals_blocked_forward(t, f):
+  """The C++ forward (register tiles at F = 64, plain loops at F = 16; T = 37 leaves a last query
+  tile of 5 tokens) against the jnp one, on the model's layouts with no transpose around it."""
+  q, k, v, _ = _sequence(1, t, f)
+  out1, lse1 = jax.jit(kernel.causal, static_argnums=4)(q, k, v, None, 4)
+  out2, lse2 = causal_blocks.blocked_forward(q, k, v, None, 1)
   np.testing.assert_allclose(out1, out2, rtol=1e-5, atol=1e-5)
   np.testing.assert_allclose(lse1, lse2, rtol=1e-5, atol=1e-5)
+  prims = {e.primitive.name for e in jax.make_jaxpr(kernel.causal, static_argnums=4)(
+      q, k, v, None, 4).eqns}
+  assert "transpose" not in prims
   with pytest.raises(ValueError, match="key mask"):
-    kernel.causal(q, k, v, jnp.ones((N, T)), 4)
+    kernel.causal(q, k, v, jnp.ones((N, t)), 4)
 
 
 @needs_kernel
@@ -83,16 +95,16 @@ def test_kernel_forward_equals_blocked_forward():
 def test_kernel_backward_equals_blocked_backward(t, f):
   """The C++ backward (register tiles at F = 64, the plain loops at F = 16; T = 37 leaves a last
   query tile of 5 tokens) against the jnp one, from the same forward residuals."""
-  ks = jax.random.split(jax.random.key(3), 4)
-  q = jax.random.normal(ks[0], (N, t, KV, R, f))
-  k, v = jax.random.normal(ks[1], (N, t, KV, f)), jax.random.normal(ks[2], (N, t, KV, f))
-  dout = jax.random.normal(ks[3], (N, t, KV, R, f))
+  q, k, v, dout = _sequence(3, t, f)
   out, lse = causal_blocks.blocked_forward(q, k, v, None, 1)
   got = jax.jit(kernel.causal_backward, static_argnums=7)(q, k, v, None, out, lse, dout, 1)
   want = causal_blocks.blocked_backward(q, k, v, None, out, lse, dout, 1)
   for a, b in zip(got, want):
     assert a.shape == b.shape
     np.testing.assert_allclose(a, b, rtol=2e-5, atol=2e-5)
+  prims = {e.primitive.name for e in jax.make_jaxpr(kernel.causal_backward, static_argnums=7)(
+      q, k, v, None, out, lse, dout, 1).eqns}
+  assert "transpose" not in prims
   with pytest.raises(ValueError, match="key mask"):
     kernel.causal_backward(q, k, v, jnp.ones((N, t)), out, lse, dout, 1)
 
@@ -113,9 +125,11 @@ def _kernel_calls(remat: str) -> int:
   tokens = jax.random.randint(jax.random.key(1), (2, 24), 0, cfg.vocab_size)
   loss = lambda s: jnp.sum(token_logprobs(nnx.merge(graphdef, s), tokens, chunk=8))
   text = jax.jit(jax.grad(loss)).lower(state).compile().as_text()
-  calls = [line for line in text.splitlines() if "custom-call(" in line]
-  assert all(build.TARGET in c or build.BACKWARD_TARGET in c for c in calls)
-  return sum(build.TARGET in c for c in calls)
+  targets = [line.split('custom_call_target="')[1].split('"')[0]
+             for line in text.splitlines() if "custom-call(" in line]
+  assert set(targets) <= {build.CAUSAL_TARGET, build.BACKWARD_TARGET}, targets
+  assert targets.count(build.BACKWARD_TARGET) == PRESETS["tiny"].n_layers
+  return targets.count(build.CAUSAL_TARGET)
 
 
 @needs_kernel

@@ -1,6 +1,6 @@
 """Builds, verifies and registers the CPU attention kernels (XLA FFI): attention against a KV cache
-and of full causal sequences (``cache_attention.cc``) and the training backward of the latter
-(``causal_attention_backward.cc``), both on the tiles of ``attention_tiles.h``.
+(``cache_attention.cc``) and the training attention of full causal sequences, forward and
+backward (``causal_attention.cc``), both on the tiles of ``attention_tiles.h``.
 
 The kernels are compiled into one library on first use with the system C++ compiler (``$CXX``,
 default g++) and jaxlib's FFI headers, and cached on disk by a hash of (sources, compiler, flags,
@@ -33,11 +33,13 @@ import tempfile
 import jax
 
 _HERE = pathlib.Path(__file__).resolve().parent
-SOURCES = (_HERE / "cache_attention.cc", _HERE / "causal_attention_backward.cc")
+SOURCES = (_HERE / "cache_attention.cc", _HERE / "causal_attention.cc")
 HEADERS = (_HERE / "attention_tiles.h",)
 TARGET = "arenarl_cache_attention"
+CAUSAL_TARGET = "arenarl_causal_attention"
 BACKWARD_TARGET = "arenarl_causal_attention_backward"
-_SYMBOLS = {TARGET: "ArenaCacheAttention", BACKWARD_TARGET: "ArenaCausalAttentionBackward"}
+_SYMBOLS = {TARGET: "ArenaCacheAttention", CAUSAL_TARGET: "ArenaCausalAttention",
+            BACKWARD_TARGET: "ArenaCausalAttentionBackward"}
 CACHE_ENV = "ARENARL_KERNEL_CACHE"
 REQUIRE_ENV = "ARENARL_REQUIRE_KERNEL"
 

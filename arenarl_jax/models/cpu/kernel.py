@@ -1,8 +1,7 @@
 """Attention by the compiled CPU kernels: against the KV cache (``cache_attention.cc``): the call
 (``attend``) and the model's uses of it: decode (one token per row, written in place), chunks at
-per-row offsets, tree branches merged with their own keys, and full causal sequences (``causal``,
-the training forward), whose backward is a kernel of its own (``causal_backward``,
-``causal_attention_backward.cc``).
+per-row offsets, tree branches merged with their own keys; and the training attention of full
+causal sequences on ``causal_attention.cc`` (``causal``, ``causal_backward``).
 
 Why: XLA:CPU runs cache attention as two batched library products around a materialised
 [N, K, T*R, S] score tensor. At decode the products repack each (row, KV head)'s operand per call
@@ -138,37 +137,33 @@ def chunk(q_NTKRF, k_NTKF, v_NTKF, positions_NT, layer: LayerCache):
 
 
 def causal(q_NTKRF, k_NTKF, v_NTKF, mask_NT, blocks: int):
-  """A full causal sequence without a cache or key mask (the training forward): (out [N, T, K,
-  R, F], lse [N, K, T*R]), the forward ``causal_blocks.causal_attention`` takes; token t sees
-  keys 0..t, each read once."""
+  """A full causal sequence without a cache or key mask (the training forward) on
+  ``causal_attention.cc``: (out [N, T, K, R, F], lse [N, K, T*R]), the forward
+  ``causal_blocks.causal_attention`` takes; token t sees keys 0..t, each read once. The kernel
+  takes the model's layouts as they are (no transposes around the call)."""
   if mask_NT is not None:
     raise ValueError("kernel.causal takes no key mask (use causal_blocks.blocked_forward)")
   del blocks  # the kernel reads each query's visible keys; no blocks
   n, t, kv, r, f = q_NTKRF.shape
-  count_NT = jnp.broadcast_to(jnp.arange(1, t + 1, dtype=jnp.int32)[None], (n, t))
-  out_NKTRF, lse_NKTR, _, _ = attend(_scaled(q_NTKRF), k_NTKF.transpose(0, 2, 3, 1),
-                                     v_NTKF.transpose(0, 2, 1, 3), count_NT, lse=True)
-  return out_NKTRF.transpose(0, 2, 1, 3, 4), lse_NKTR.reshape(n, kv, t * r)
+  shapes = (jax.ShapeDtypeStruct(q_NTKRF.shape, jnp.float32),
+            jax.ShapeDtypeStruct((n, kv, t, r), jnp.float32))
+  out, lse_NKTR = jax.ffi.ffi_call(build.CAUSAL_TARGET, shapes)(q_NTKRF, k_NTKF, v_NTKF)
+  return out, lse_NKTR.reshape(n, kv, t * r)
 
 
 def causal_backward(q_NTKRF, k_NTKF, v_NTKF, mask_NT, out_NTKRF, lse_NKX, dout_NTKRF,
                     blocks: int):
-  """The backward of ``causal`` on the kernel (``causal_attention_backward.cc``): (dq, dk, dv)
-  shaped like q, k, v, from the forward's output and log-normaliser (the backward
-  ``causal_blocks.causal_attention`` takes). Float32; no key mask."""
+  """The backward of ``causal`` on ``causal_attention.cc``: (dq, dk, dv) shaped like q, k, v,
+  from the forward's output and log-normaliser (the backward ``causal_blocks.causal_attention``
+  takes). Float32; no key mask."""
   if mask_NT is not None:
     raise ValueError("kernel.causal_backward takes no key mask (use causal_blocks)")
   del blocks  # the kernel tiles the queries itself and never scores a future key
-  n, t, kv, r, f = q_NTKRF.shape
-  do_NKTRF = dout_NTKRF.astype(jnp.float32).transpose(0, 2, 1, 3, 4)
-  delta_NKTR = jnp.sum(do_NKTRF * out_NTKRF.astype(jnp.float32).transpose(0, 2, 1, 3, 4), -1)
-  k_NKTF, v_NKTF = k_NTKF.transpose(0, 2, 1, 3), v_NTKF.transpose(0, 2, 1, 3)
-  shapes = [jax.ShapeDtypeStruct(x.shape, jnp.float32) for x in (do_NKTRF, k_NKTF, v_NKTF)]
-  dq_NKTRF, dk_NKTF, dv_NKTF = jax.ffi.ffi_call(build.BACKWARD_TARGET, shapes)(
-      _scaled(q_NTKRF), k_NKTF, v_NKTF, do_NKTRF, lse_NKX.reshape(n, kv, t, r), delta_NKTR)
-  dq = (dq_NKTRF * f ** -0.5).transpose(0, 2, 1, 3, 4).astype(q_NTKRF.dtype)
-  return (dq, dk_NKTF.transpose(0, 2, 1, 3).astype(k_NTKF.dtype),
-          dv_NKTF.transpose(0, 2, 1, 3).astype(v_NTKF.dtype))
+  n, t, kv, r, _ = q_NTKRF.shape
+  shapes = [jax.ShapeDtypeStruct(x.shape, jnp.float32) for x in (q_NTKRF, k_NTKF, v_NTKF)]
+  return tuple(jax.ffi.ffi_call(build.BACKWARD_TARGET, shapes)(
+      q_NTKRF, k_NTKF, v_NTKF, out_NTKRF, lse_NKX.reshape(n, kv, t, r),
+      dout_NTKRF.astype(jnp.float32)))
 
 
 def branch(q_NTKRF, k_NTKF, v_NTKF, layer: LayerCache, count_NT, sees_TT):
