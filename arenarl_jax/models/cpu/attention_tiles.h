@@ -1,5 +1,5 @@
-// The building blocks of the CPU attention kernels (cache_attention.cc: the forward against a KV
-// cache and of full causal sequences; causal_attention_backward.cc: the training backward):
+// The building blocks of the CPU attention kernels (cache_attention.cc: attention against a KV
+// cache; causal_attention.cc: the training attention of full sequences, forward and backward):
 // register-tiled products of a few query rows with a block of keys (Scores) or of weight rows with
 // a block of value rows (Mix), the vectorised exponential, and the work sharing over XLA's intra-op
 // thread pool (ForEachUnit). Float32, row-major; AVX2 + FMA tiles where the compiler targets them,
