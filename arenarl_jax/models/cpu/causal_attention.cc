@@ -40,18 +40,12 @@ struct Dims {
 // from L1 across the register tiles while the [48, T] score tiles stay in L2.
 constexpr int64_t kTileTokens = 16;
 
-// to[j * cols + c] = scale * from[j * stride + c] for j < rows: strided rows made contiguous.
-void GatherRows(const float* from, int64_t rows, int64_t cols, int64_t stride, float scale,
-                float* to) {
+// to[j * to_stride + c] = scale * from[j * from_stride + c] for j < rows, c < cols: a pair's
+// strided rows gathered into contiguous scratch, or scattered back.
+void CopyRows(const float* from, int64_t from_stride, int64_t rows, int64_t cols, float scale,
+              float* to, int64_t to_stride) {
   for (int64_t j = 0; j < rows; ++j)
-    for (int64_t c = 0; c < cols; ++c) to[j * cols + c] = scale * from[j * stride + c];
-}
-
-// to[j * stride + c] = scale * from[j * cols + c]: the inverse of GatherRows.
-void ScatterRows(const float* from, int64_t rows, int64_t cols, int64_t stride, float scale,
-                 float* to) {
-  for (int64_t j = 0; j < rows; ++j)
-    for (int64_t c = 0; c < cols; ++c) to[j * stride + c] = scale * from[j * cols + c];
+    for (int64_t c = 0; c < cols; ++c) to[j * to_stride + c] = scale * from[j * from_stride + c];
 }
 
 // to[c * rows + j] = from[j * stride + c]: 16 source rows at a time, so every written cache line
@@ -91,13 +85,13 @@ void ForwardPair(const Forward& pb, int64_t pair, float* scratch) {
   float* s = o_tile + kTileTokens * rf;     // [tile rows, T]
   float* inv = s + kTileTokens * r_dim * t_dim;
   Transpose(pb.k + d.KeyBase(pair), t_dim, f_dim, d.KeyStride(), keys_t);
-  GatherRows(pb.v + d.KeyBase(pair), t_dim, f_dim, d.KeyStride(), 1.0f, values);
+  CopyRows(pb.v + d.KeyBase(pair), d.KeyStride(), t_dim, f_dim, 1.0f, values, f_dim);
   const float* q = pb.q + d.QueryBase(pair);
   float* out = pb.out + d.QueryBase(pair);
   float* lse = pb.lse + pair * t_dim * r_dim;
   for (int64_t t0 = 0; t0 < t_dim; t0 += kTileTokens) {
     const int64_t t1 = std::min(t_dim, t0 + kTileTokens), rows = (t1 - t0) * r_dim;
-    GatherRows(q + t0 * d.QueryStride(), t1 - t0, rf, d.QueryStride(), scale, q_tile);
+    CopyRows(q + t0 * d.QueryStride(), d.QueryStride(), t1 - t0, rf, scale, q_tile, rf);
     BlockedScores(q_tile, rows, keys_t, f_dim, t_dim, t1, s, t_dim);
     for (int64_t x = 0; x < rows; ++x) {
       const int64_t seen = t0 + x / r_dim + 1;
@@ -111,7 +105,7 @@ void ForwardPair(const Forward& pb, int64_t pair, float* scratch) {
     BlockedMix(s, t_dim, rows, values, f_dim, t1, o_tile);
     for (int64_t x = 0; x < rows; ++x)
       for (int64_t c = 0; c < f_dim; ++c) o_tile[x * f_dim + c] *= inv[x];
-    ScatterRows(o_tile, t1 - t0, rf, d.QueryStride(), 1.0f, out + t0 * d.QueryStride());
+    CopyRows(o_tile, rf, t1 - t0, rf, 1.0f, out + t0 * d.QueryStride(), d.QueryStride());
   }
 }
 
@@ -153,21 +147,21 @@ void BackwardPair(const Backward& pb, int64_t pair, float* scratch) {
   const float* k_pair = pb.k + d.KeyBase(pair);
   Transpose(k_pair, t_dim, f_dim, d.KeyStride(), keys_t);
   Transpose(pb.v + d.KeyBase(pair), t_dim, f_dim, d.KeyStride(), values_t);
-  GatherRows(k_pair, t_dim, f_dim, d.KeyStride(), 1.0f, keys);
+  CopyRows(k_pair, d.KeyStride(), t_dim, f_dim, 1.0f, keys, f_dim);
   std::fill(dk, dk + 2 * tf, 0.0f);  // dk and dv
   const int64_t qs = d.QueryStride(), base = d.QueryBase(pair);
   const float* lse = pb.lse + pair * t_dim * r_dim;
   for (int64_t t0 = 0; t0 < t_dim; t0 += kTileTokens) {
     const int64_t t1 = std::min(t_dim, t0 + kTileTokens), rows = (t1 - t0) * r_dim;
     const int64_t at = base + t0 * qs;
-    GatherRows(pb.dout + at, t1 - t0, rf, qs, 1.0f, do_tile);
-    GatherRows(pb.out + at, t1 - t0, rf, qs, 1.0f, dq_tile);  // O, for delta; then dQ
+    CopyRows(pb.dout + at, qs, t1 - t0, rf, 1.0f, do_tile, rf);
+    CopyRows(pb.out + at, qs, t1 - t0, rf, 1.0f, dq_tile, rf);  // O, for delta; then dQ
     for (int64_t x = 0; x < rows; ++x) {
       float sum = 0.0f;
       for (int64_t c = 0; c < f_dim; ++c) sum += do_tile[x * f_dim + c] * dq_tile[x * f_dim + c];
       delta[x] = sum;
     }
-    GatherRows(pb.q + at, t1 - t0, rf, qs, scale, q_tile);
+    CopyRows(pb.q + at, qs, t1 - t0, rf, scale, q_tile, rf);
     BlockedScores(q_tile, rows, keys_t, f_dim, t_dim, t1, p, t_dim);
     BlockedScores(do_tile, rows, values_t, f_dim, t_dim, t1, ds, t_dim);
     for (int64_t x = 0; x < rows; ++x) {
@@ -184,10 +178,10 @@ void BackwardPair(const Backward& pb, int64_t pair, float* scratch) {
     BlockedMix(ds, t_dim, rows, keys, f_dim, t1, dq_tile);
     MixTransposed(p, t_dim, t1, do_tile, f_dim, rows, dv);
     MixTransposed(ds, t_dim, t1, q_tile, f_dim, rows, dk);
-    ScatterRows(dq_tile, t1 - t0, rf, qs, scale, pb.dq + at);  // d/dq = scale * d/d(scaled q)
+    CopyRows(dq_tile, rf, t1 - t0, rf, scale, pb.dq + at, qs);  // d/dq = scale * d/d(scaled q)
   }
-  ScatterRows(dk, t_dim, f_dim, d.KeyStride(), 1.0f, pb.dk + d.KeyBase(pair));
-  ScatterRows(dv, t_dim, f_dim, d.KeyStride(), 1.0f, pb.dv + d.KeyBase(pair));
+  CopyRows(dk, f_dim, t_dim, f_dim, 1.0f, pb.dk + d.KeyBase(pair), d.KeyStride());
+  CopyRows(dv, f_dim, t_dim, f_dim, 1.0f, pb.dv + d.KeyBase(pair), d.KeyStride());
 }
 
 // Sets *d from q [N, T, K, R, F]; false unless keys and values are [N, T, K, F].
