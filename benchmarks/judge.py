@@ -96,16 +96,39 @@ def make_trajectory(rng: np.random.Generator, query: str, quality: int = 3) -> T
                     metadata={"quality": quality})
 
 
-def make_matches(n: int, seed: int = 0) -> list[Match]:
-  """``n`` matches between trajectories of two different random qualities."""
+MATCH_SETS = ("pairs", "round_robin", "anchor")
+
+
+def make_matches(n: int, seed: int = 0, match_set: str = "pairs",
+                 group_size: int = 8) -> list[Match]:
+  """``n`` matches between trajectories of different random qualities.
+
+  ``pairs``: independent matches, two new trajectories each (nothing shared beyond the query);
+  ``round_robin`` / ``anchor``: the one round those tournaments send to the judge for groups of
+  ``group_size`` trajectories (``anchor`` is also the first round of seeded single elimination;
+  one query per group, qualities cycling 0-3), group after group, the last group cut at ``n``
+  matches. A trajectory is then shown first in several prompts of its group, as in training.
+  """
+  if match_set not in MATCH_SETS:
+    raise ValueError(f"match_set must be one of {MATCH_SETS}, got {match_set!r}")
   rng = np.random.default_rng(seed)
   query = "Plan a one-day train trip with sights and a budget, leaving next Saturday."
   out = []
-  for k in range(n):
-    qp, qq = rng.choice(4, 2, replace=False).tolist()
-    out.append(Match(k, 0, 1, query, make_trajectory(rng, query, qp),
-                     make_trajectory(rng, query, qq)))
-  return out
+  if match_set == "pairs":
+    for k in range(n):
+      qp, qq = rng.choice(4, 2, replace=False).tolist()
+      out.append(Match(k, 0, 1, query, make_trajectory(rng, query, qp),
+                       make_trajectory(rng, query, qq)))
+    return out
+  from arenarl_jax.tournament import registry  # pylint: disable=g-import-not-at-top
+  group = 0
+  while len(out) < n:
+    q = f"{query} Group {group}."
+    trajs = [make_trajectory(rng, q, int(x)) for x in rng.permutation(group_size) % 4]
+    pairs = next(registry.TOPOLOGIES[match_set].play(group_size, rng))
+    out += [Match(group, i, j, q, trajs[i], trajs[j]) for i, j in pairs]
+    group += 1
+  return out[:n]
 
 
 def truth_checker(traj: Trajectory) -> dict:
@@ -251,6 +274,9 @@ def main() -> None:
   parser.add_argument("--generative_matches", type=int, default=16,
                       help="Flax generative-mode matches (the first of the Flax ones); 0 skips")
   parser.add_argument("--flax_max_rows", type=int, default=8, help="rows per compiled call")
+  parser.add_argument("--match_set", choices=MATCH_SETS, default="pairs",
+                      help="independent pairs, or the matches of a tournament's round")
+  parser.add_argument("--group_size", type=int, default=8, help="trajectories per tournament group")
   parser.add_argument("--servers", default="python,native:1,native:4,native:8",
                       help="HTTP configurations, measured one after the other: 'python' and/or "
                            "'native:SLOTS'; the best is http_matches_s")
@@ -265,7 +291,9 @@ def main() -> None:
   args = parser.parse_args()
   allocator.reexec_with_retained_heap()  # as the CLI does (models/cpu/allocator.py)
   n_all = max(args.flax_matches, args.http_matches, args.generative_matches)
-  matches = make_matches(n_all)
+  matches = make_matches(n_all, match_set=args.match_set, group_size=args.group_size)
+  print(f"match set: {args.match_set}" + ("" if args.match_set == "pairs" else
+                                          f" (groups of {args.group_size})"))
   reference = truth(matches)
   rate = {"logit": math.nan, "generative": math.nan, "http": math.nan}
   verdicts: dict[str, list] = {}
@@ -317,7 +345,7 @@ def main() -> None:
   if not (math.isnan(rate["logit"]) or math.isnan(rate["http"])):
     print(f"flax logit / best http ({best_config}) = {rate['logit'] / rate['http']:.2f}x "
           f"(target >= 5x)")
-  print(f"RESULT flax_logit_matches_s={rate['logit']:.4g} "
+  print(f"RESULT match_set={args.match_set} flax_logit_matches_s={rate['logit']:.4g} "
         f"flax_generative_matches_s={rate['generative']:.4g} http_matches_s={rate['http']:.4g} "
         f"logit_vs_generative_agreement={lg:.4g} " + " ".join(truth_keys)
         + f" http_best_config={best_config}")

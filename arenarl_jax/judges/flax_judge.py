@@ -15,10 +15,12 @@ Overall per section = the mean of its dimension expectations and combined = the 
 sum, *without* the rubric's rounding: rounding an expectation throws away the graded preference the
 logits carry (two agents at 6.4 and 6.6 would both become 6 and tie), recreating the ties a
 pairwise judge exists to break. Identical prompts (e.g. both orders of a self-match) are computed
-once, so a self-match ties exactly, and distinct prompts run in a canonical order (by length, then
-tokens), so swapping P and Q swaps the two sums exactly. Rows run in chunks of ``max_rows`` with
-their text right-padded to length buckets (``bucket_step``): one compiled program per
-(rows, bucket). The programs are not sharded: they run on the default device. The model's own
+once, so a self-match ties exactly, and distinct prompts run in a canonical order (a function of
+the set of prompts alone), so swapping P and Q swaps the two sums exactly. Rows of one call that
+begin with the same tokens (in a tournament, every match that shows the same trajectory first)
+run that beginning once (``flax_sharing``, ``min_shared_tokens``). Rows run in chunks of
+``max_rows`` with their text right-padded to length buckets (``bucket_step``): one compiled
+program per (rows, bucket, shared beginnings, their bucket). The programs are not sharded: they run on the default device. The model's own
 API does the work (``fill``, ``branch_hidden``, ``head``), so attention runs on the model's chosen
 implementation (``model.attention``; on CPU the compiled kernel, which reads only each query's
 visible slots).
@@ -53,6 +55,7 @@ from arenarl_jax import chat_format
 from arenarl_jax import sharding
 from arenarl_jax.judges import flax_programs
 from arenarl_jax.judges import flax_reads
+from arenarl_jax.judges import flax_sharing
 from arenarl_jax.judges import render
 from arenarl_jax.judges import rubric as rubric_lib
 from arenarl_jax.judges import stats
@@ -82,6 +85,10 @@ class FlaxJudgeConfig:
   # Logit mode: that part runs in blocks this long (with the reference attention: less masked
   # attention; on the CPU kernel, 128 measured faster than 256).
   block_tokens: int = 128
+  # Logit mode: rows of one call that begin with at least this many equal tokens (in a
+  # tournament, the matches that show the same trajectory first) run that part once
+  # (judges/flax_sharing.py) when that runs fewer padded tokens; 0 = never.
+  min_shared_tokens: int = 64
   # generative without constraints: verdict bound (full travel verdict ~180 SmolLM2 tokens); the
   # constrained verdict has a fixed length (~120-134 tokens for travel).
   max_new_tokens: int = 384
@@ -96,7 +103,8 @@ class FlaxJudgeConfig:
       raise ValueError(f"judge.flax.mode must be one of {MODES}, got {self.mode!r}")
     attention_choice.check(self.attention, "judge.flax.attention")
     for name, least in (("max_rows", 1), ("max_user_tokens", 1), ("min_bucket", 1),
-                        ("bucket_step", 0), ("block_tokens", 1), ("max_new_tokens", 1)):
+                        ("bucket_step", 0), ("block_tokens", 1), ("max_new_tokens", 1),
+                        ("min_shared_tokens", 0)):
       value = getattr(self, name)
       if isinstance(value, bool) or not isinstance(value, int) or value < least:
         raise ValueError(f"judge.flax.{name} must be an int >= {least}, got {value!r}")
@@ -200,10 +208,13 @@ class FlaxJudge:
 
   def snapshot(self) -> dict[str, float]:
     """``metrics.snapshot()`` (latency = one compiled call) plus the flax counters: rows
-    (distinct prompts run), tokens (their real tokens), calls (compiled-program calls), compiles
-    (programs traced during this judge's calls), refits (prompts re-rendered to fit the budget)."""
+    (distinct prompts run), tokens (their real tokens), shared_tokens (of those, the ones not run
+    because another row of the call ran the same beginning), calls (compiled-program calls),
+    compiles (programs traced during this judge's calls), refits (prompts re-rendered to fit the
+    budget)."""
     out = self.metrics.snapshot()
-    for name in ("rows", "tokens", "calls", "compiles", "refits", "generated_tokens"):
+    for name in ("rows", "tokens", "shared_tokens", "calls", "compiles", "refits",
+                 "generated_tokens"):
       out[name] = self.counts[name]
     return out
 
@@ -290,23 +301,69 @@ class FlaxJudge:
     layout = self._layout(verdict_mode)
     values = np.arange(flax_programs.N_SCORES, dtype=np.float64)
     out = {}
-    for part, tokens, lengths in self.chunks(unique):
+    for chunk in self._plan(unique):
+      arrays = self._chunk_arrays(chunk)
       before = sum(flax_programs.TRACES.values())
       start = time.perf_counter()
       probs, mass = jax.device_get(flax_programs.score_rows(
-          self.graphdef, self.params, prefix, tokens, lengths, layout=layout,
+          self.graphdef, self.params, prefix, *arrays, layout=layout,
           block=self.config.block_tokens))
       self.metrics.latency(time.perf_counter() - start)
       self.counts["calls"] += 1
       self.counts["compiles"] += sum(flax_programs.TRACES.values()) - before
       expected = np.asarray(probs, np.float64) @ values  # [n, B]
-      for r, ids in enumerate(part):
+      for r, ids in enumerate(chunk.rows):
         if not np.all(np.isfinite(expected[r])):
           out[ids] = (None, "the model's score distribution is not finite", {})
           continue
         out[ids] = (flax_reads.combine_agents(self.rubric, verdict_mode, expected[r]), None,
                     {"score_mass": float(np.min(mass[r]))})
     return out
+
+  def _plan(self, unique: list[tuple[int, ...]]) -> list[flax_sharing.Chunk]:
+    """The chunks for ``unique``: with shared beginnings when that runs fewer tokens, padding
+    included (each chunk pads its tails to the longest one's bucket, so a plan that groups rows
+    by their beginning can pad more than it saves), else by length alone."""
+    plain = flax_sharing.plan_chunks(unique, self.config.max_rows, 0)
+    if not self.config.min_shared_tokens:
+      return plain
+    shared = flax_sharing.plan_chunks(unique, self.config.max_rows,
+                                      self.config.min_shared_tokens)
+    cost = lambda plan: sum(n * t + b * l for n, t, b, l in map(self._shape, plan))
+    return shared if cost(shared) < cost(plain) else plain
+
+  def _shape(self, chunk: flax_sharing.Chunk) -> tuple[int, int, int, int]:
+    """(rows, tail tokens, shared beginnings, their tokens) of ``chunk``'s padded arrays."""
+    n = bucketing.bucket_length(len(chunk.rows), self.row_buckets, what="chunk rows")
+    t = bucketing.bucket_length(max(map(len, chunk.tails())), self.buckets, what="prompt")
+    if not chunk.shared:
+      return n, t, 0, 0
+    b = bucketing.bucket_length(len(chunk.shared), self.row_buckets, what="shared beginnings")
+    l = bucketing.bucket_length(max(map(len, chunk.shared)), self.buckets, what="prompt")
+    return n, t, b, l
+
+  def _chunk_arrays(self, chunk: flax_sharing.Chunk) -> tuple:
+    """score_rows' arrays for ``chunk``, padded to its buckets: (tokens [n, t], lengths [n]) of
+    what each row runs itself, then with shared beginnings (shared [B, L], group [n], offset
+    [n]). Padding rows run one token and their results are dropped."""
+    tails = chunk.tails()
+    n, t, b, l = self._shape(chunk)
+    tokens = np.zeros((n, t), np.int32)
+    lengths = np.ones((n,), np.int32)
+    for r, ids in enumerate(tails):
+      tokens[r, :len(ids)] = ids
+      lengths[r] = len(ids)
+    self.counts["rows"] += len(tails)
+    self.counts["tokens"] += int(sum(map(len, chunk.rows)))
+    if not chunk.shared:
+      return tokens, lengths
+    self.counts["shared_tokens"] += int(sum(chunk.offset) - sum(map(len, chunk.shared)))
+    shared = np.zeros((b, l), np.int32)
+    for g, ids in enumerate(chunk.shared):
+      shared[g, :len(ids)] = ids
+    group, offset = np.zeros((n,), np.int32), np.zeros((n,), np.int32)
+    group[:len(tails)], offset[:len(tails)] = chunk.group, chunk.offset
+    return tokens, lengths, shared, group, offset
 
   def _account(self, n: int, failed: int, requests: int) -> None:
     """``requests`` counts judge prompts (2 per match), as the HTTP judge counts requests."""

@@ -3,13 +3,15 @@
 1. ``prefill_prefix``: the rubric's system prompt (identical for every request of a rubric/mode) is
    run ONCE into a one-row KV cache.
 2. ``score_rows``: that cache is copied to all rows (``take_rows``); each row is extended with its
-   match-specific text (right-padded to a length bucket, run in blocks); then every score
+   match-specific text (right-padded to a length bucket, run in blocks; a beginning that several
+   rows share, such as the query and the first trajectory, runs once and is copied to them,
+   ``flax_sharing``); then every score
    is read from its own short *branch* (the JSON key path of one agent, section and dimension)
    that sees the row's prompt and its own earlier tokens but no other branch. The branches form a
    trie: key-path tokens they share (``{"Agent_A": {"path": {"`` ...) are one node, computed
    once, which halves the branch tokens of the default rubrics. One tree-attention pass over all
    nodes (the model's ``branch_hidden``), without copying the cache per branch. One compiled
-   program per (rows, bucket). Attention runs on the model's chosen implementation.
+   program per (rows, bucket, shared beginnings, their bucket). Attention runs on the model's chosen implementation.
 
 A score is the model's distribution over the score tokens 0..10 after its branch, renormalised over
 those tokens. When "10" is spelled with two tokens ("1", "0", as SmolLM2's digit-splitting tokenizer
@@ -129,29 +131,49 @@ def score_log_probs(first_NBV, after_one_NBV, digits, ten: int):
   return lp_NBS - total_NB[..., None], jnp.exp(total_NB)
 
 
+def _extend(model, cache, tokens_NT, start_N, block: int):
+  """``cache`` with row n's tokens written at positions start_N[n], start_N[n] + 1, ...: in
+  ``block``-token pieces, each with a cache grown by that piece only, so its attention covers
+  the slots filled so far instead of the whole (mostly masked) cache (causal attention then
+  costs ~T·(start + T/2) scores, not T·(start + T))."""
+  n, t = tokens_NT.shape
+  for begin in range(0, t, block):
+    size = min(block, t - begin)
+    cache = cache.resize(cache.n_slots + size)
+    positions_NT = start_N[:, None] + begin + jnp.arange(size, dtype=jnp.int32)[None, :]
+    cache = model.fill(tokens_NT[:, begin:begin + size], positions_NT, cache=cache)
+  return cache
+
+
 @compile_options.program(static_argnames=("graphdef", "layout", "block"))
-def score_rows(graphdef, params, prefix, tokens_NT, lengths_N, *, layout: BranchLayout,
-               block: int):
+def score_rows(graphdef, params, prefix, tokens_NT, lengths_N, shared_BL=None, group_N=None,
+               offset_N=None, *, layout: BranchLayout, block: int):
   """Per row and branch: (score probabilities [N, B, 11], mass on score tokens [N, B]).
 
   Rows are the prefix (every row the same) followed by ``lengths_N`` real tokens of ``tokens_NT``
-  (right-padded). The text goes through the model in ``block``-token pieces, each with a cache
-  grown by that piece only, so its attention covers the slots filled so far instead of the
-  whole (mostly masked) cache: causal attention costs ~T·(prefix + T/2) scores, not T·(prefix + T).
-  ``prefix``: the one-row cache of ``prefill_prefix``.
+  (right-padded), run in ``block``-token pieces (``_extend``). ``prefix``: the one-row cache of
+  ``prefill_prefix``. With ``shared_BL`` (B common beginnings, right-padded; see
+  ``flax_sharing``), those run first, once each, and row n copies the first offset_N[n] tokens of
+  beginning group_N[n] before its own tokens (offset 0: none); ``tokens_NT`` and ``lengths_N``
+  are then what follows. A row's slots past its copied part hold the rest of the padded
+  beginning until its own tokens overwrite them: a query only sees slots up to its own position.
   """
   n, t = tokens_NT.shape
-  TRACES["score_rows", n, t] += 1
+  b, l = (0, 0) if shared_BL is None else shared_BL.shape
+  TRACES["score_rows", n, t, b, l] += 1
   model = nnx.merge(graphdef, params)
   ts = prefix.n_slots
-  cache = prefix.take_rows(jnp.zeros((n,), jnp.int32))
-  for start in range(0, t, block):
-    size = min(block, t - start)
-    cache = cache.resize(cache.n_slots + size)
-    positions_NT = ts + start + jnp.broadcast_to(jnp.arange(size, dtype=jnp.int32), (n, size))
-    cache = model.fill(tokens_NT[:, start:start + size], positions_NT, cache=cache)
+  if l:
+    cache = prefix.take_rows(jnp.zeros((b,), jnp.int32))
+    cache = _extend(model, cache, shared_BL, jnp.full((b,), ts, jnp.int32), block)
+    cache = cache.take_rows(group_N)
+    start_N = ts + offset_N
+  else:
+    cache = prefix.take_rows(jnp.zeros((n,), jnp.int32))
+    start_N = jnp.full((n,), ts, jnp.int32)
+  cache = _extend(model, cache, tokens_NT, start_N, block)
   h_NQD = model.branch_hidden(layout.tokens, layout.offset, layout.sees(), cache=cache,
-                              lengths_N=ts + lengths_N)
+                              lengths_N=start_N + lengths_N)
   two_tokens = layout.after_one[0] >= 0
   reads = layout.first + (layout.after_one if two_tokens else ())
   logp_NRV = jax.nn.log_softmax(model.head(h_NQD[:, jnp.asarray(reads)]), axis=-1)

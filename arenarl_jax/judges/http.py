@@ -250,6 +250,11 @@ class HttpJudge:
         todo.append((k, mode, p, key))
     if not todo:
       return out
+    # Sent in the order of their text: prompts that begin alike (in a tournament, the matches
+    # that show the same trajectory first) reach the server one after another, so a server that
+    # keeps its last prompt's KV cache (llama.cpp's prompt cache, vLLM/SGLang prefix caching)
+    # reuses that beginning instead of computing it again.
+    todo.sort(key=lambda item: [m.get("content", "") for m in item[2].messages])
     limits = httpx.Limits(max_connections=self.config.max_concurrency,
                           max_keepalive_connections=self.config.max_concurrency)
     sem = asyncio.Semaphore(self.config.max_concurrency)
