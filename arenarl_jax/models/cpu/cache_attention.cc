@@ -10,9 +10,10 @@
 // materialised [N, K, T*R, S] score tensor: at decode the products pack every (row, KV head)'s
 // operand per call and read every slot of the buffers, filled or not; for chunks the score tensor
 // (tens of MB per layer) makes the softmax passes memory-bound and every query reads every slot,
-// including the causal future. Here each query reads only its visible keys and values, the scores
-// stay in a small per-thread buffer, the products are register-tiled (keys prefetched by hand) and
-// the exponential is vectorised; the work is split over XLA's intra-op thread pool.
+// including the causal future. Here each query reads only its visible keys and values, each key
+// block once for all queries of a tile (an online softmax), so the scores stay in a per-thread
+// buffer of a few KB whatever the cache length; the products are register-tiled (keys prefetched
+// by hand) and the exponential is vectorised; the work is split over XLA's intra-op thread pool.
 //
 // Layouts (float32, row-major): q [N, K, T, R, F] (already scaled by F^-1/2), keys [N, K, F, S],
 // values [N, K, S, F], new key and value [N, K, F], slot [N] int32 (-1 or out of range: no write;
@@ -46,20 +47,52 @@ struct Problem {
   int64_t tile;  // query tokens per unit of work
 };
 
-// Query tokens taken together (up to kPassRows queries): the products run over key blocks
-// (kBlock), each read once for all of them.
-constexpr int64_t kPassRows = 24;
-inline int64_t TokensPerPass(int64_t r) { return std::max<int64_t>(1, kPassRows / r); }
-inline int64_t PassRows(int64_t r) { return std::max<int64_t>(kPassRows, r); }
+// Queries per unit (a tile's tokens x R): each key block is read once for all of them.
+constexpr int64_t kMaxTileRows = 48;
 
-// One unit: a (row, KV head) and a tile of its query tokens. Each token's R queries attend to
-// the prompt's prefix and the first count[n, t] own slots. Tokens are taken a few at a time (their
-// queries share key loads); a token that sees fewer own slots than the group's longest has the
-// rest of its scores zeroed after the exponential. scratch holds PassRows x (P + S + 1) floats.
+// One unit: a (row, KV head) and a tile of its query tokens (all R queries of each). The keys
+// are taken in blocks of kBlock slots, the prompt's shared prefix first, then the row's own
+// slots, each block read ONCE for every query of the tile (an online softmax: each query keeps
+// its running maximum, normaliser and weighted sum and rescales them when the maximum grows).
+// So a unit streams its keys and values from memory once, and its scores (queries x kBlock),
+// maxima and sums stay in L1; a query sees the prefix and the first count[n, t] own slots.
+// scratch holds rows x (kBlock + 2) floats.
+struct Source {
+  const float* keys;  // [F, stride]
+  const float* values;  // [len, F]
+  int64_t stride, len;
+};
+
+void Attend(const Source& src, int64_t base, const float* q, int64_t rows, int64_t f_dim,
+            const int64_t* seen, float* scores, float* m, float* sum, float* out) {
+  for (int64_t j0 = 0; j0 < src.len; j0 += kBlock) {
+    const int64_t len = std::min(kBlock, src.len - j0);
+    Scores(q, rows, src.keys + j0, f_dim, src.stride, len, scores, kBlock);
+    for (int64_t r = 0; r < rows; ++r) {
+      float* s = scores + r * kBlock;
+      const int64_t visible = std::clamp<int64_t>(seen[r] - base - j0, 0, len);
+      if (visible == 0) {
+        std::fill(s, s + len, 0.0f);
+        continue;
+      }
+      const float top = std::max(m[r], Max(s, visible));
+      if (top > m[r]) {
+        const float scale = std::exp(m[r] - top);  // 0 on the first block (m = -inf)
+        sum[r] *= scale;
+        for (int64_t f = 0; f < f_dim; ++f) out[r * f_dim + f] *= scale;
+        m[r] = top;
+      }
+      sum[r] += ExpSum(s, visible, top);
+      std::fill(s + visible, s + len, 0.0f);
+    }
+    Mix(scores, kBlock, rows, src.values + j0 * f_dim, f_dim, len, out);
+  }
+}
+
 void Unit(const Problem& pb, int64_t unit, float* scratch) {
   const int64_t tiles = (pb.t + pb.tile - 1) / pb.tile;
   const int64_t pair = unit / tiles, t_begin = (unit % tiles) * pb.tile;
-  const int64_t t_end = std::min(pb.t, t_begin + pb.tile);
+  const int64_t t_end = std::min(pb.t, t_begin + pb.tile), rows = (t_end - t_begin) * pb.r;
   const int64_t n = pair / pb.kv, h = pair % pb.kv;
   float* keys = pb.k + pair * pb.f * pb.s;
   float* values = pb.v + pair * pb.s * pb.f;
@@ -71,43 +104,35 @@ void Unit(const Problem& pb, int64_t unit, float* scratch) {
   }
   const int64_t prompt = std::clamp<int64_t>((pb.row0 + n) / pb.group, 0, pb.b - 1);
   const int64_t pre = std::clamp<int64_t>(pb.plen[prompt], 0, pb.p);
+  const int32_t* count = pb.count + n * pb.t;
+  const int64_t first = (pair * pb.t + t_begin) * pb.r, offset = first * pb.f;
+  const float* q = pb.q + offset;
+  float* out = pb.out + offset;
+  float* lse = pb.lse + first;
+  float* scores = scratch;
+  float* m = scratch + rows * kBlock;
+  float* sum = m + rows;
+  int64_t seen[kMaxTileRows], own = 0;
+  for (int64_t r = 0; r < rows; ++r) {
+    const int64_t c = std::clamp<int64_t>(count[t_begin + r / pb.r], 0, pb.s);
+    seen[r] = pre + c;
+    own = std::max(own, c);
+    m[r] = -INFINITY;
+    sum[r] = 0.0f;
+  }
+  std::fill(out, out + rows * pb.f, 0.0f);
   const float* pkeys = pb.pk + (prompt * pb.kv + h) * pb.f * pb.p;
   const float* pvalues = pb.pv + (prompt * pb.kv + h) * pb.p * pb.f;
-  const int64_t width = pb.p + pb.s, step = TokensPerPass(pb.r);
-  float* inv = scratch + PassRows(pb.r) * width;
-  for (int64_t t0 = t_begin; t0 < t_end; t0 += step) {
-    const int64_t t1 = std::min(t_end, t0 + step), rows = (t1 - t0) * pb.r;
-    const int32_t* count = pb.count + n * pb.t;
-    int64_t own = 0;
-    for (int64_t t = t0; t < t1; ++t)
-      own = std::max<int64_t>(own, std::clamp<int64_t>(count[t], 0, pb.s));
-    const int64_t first = (pair * pb.t + t0) * pb.r, offset = first * pb.f;
-    const float* q = pb.q + offset;
-    float* out = pb.out + offset;
-    float* lse = pb.lse + first;
-    std::fill(out, out + rows * pb.f, 0.0f);
-    std::fill(lse, lse + rows, -1e30f);
-    if (pre + own == 0) continue;  // nothing visible (e.g. a finished row's dropped token): zeros
-    BlockedScores(q, rows, pkeys, pb.f, pb.p, pre, scratch, width);
-    BlockedScores(q, rows, keys, pb.f, pb.s, own, scratch + pre, width);
-    for (int64_t t = t0; t < t1; ++t) {
-      const int64_t seen = pre + std::clamp<int64_t>(count[t], 0, pb.s);
-      for (int64_t r = (t - t0) * pb.r; r < (t - t0 + 1) * pb.r; ++r) {
-        float* s = scratch + r * width;
-        if (seen) {
-          const float m = Max(s, seen), sum = ExpSum(s, seen, m);
-          inv[r] = 1.0f / sum;
-          lse[r] = m + std::log(sum);
-        } else {
-          inv[r] = 0.0f;
-        }
-        std::fill(s + seen, s + pre + own, 0.0f);
-      }
+  Attend({pkeys, pvalues, pb.p, pre}, 0, q, rows, pb.f, seen, scores, m, sum, out);
+  Attend({keys, values, pb.s, own}, pre, q, rows, pb.f, seen, scores, m, sum, out);
+  for (int64_t r = 0; r < rows; ++r) {
+    if (sum[r] > 0.0f) {
+      const float inv = 1.0f / sum[r];
+      for (int64_t f = 0; f < pb.f; ++f) out[r * pb.f + f] *= inv;
+      lse[r] = m[r] + std::log(sum[r]);
+    } else {  // nothing visible (e.g. a finished row's dropped token): zeros
+      lse[r] = -1e30f;
     }
-    BlockedMix(scratch, width, rows, pvalues, pb.f, pre, out);
-    BlockedMix(scratch + pre, width, rows, values, pb.f, own, out);
-    for (int64_t r = 0; r < rows; ++r)
-      for (int64_t f = 0; f < pb.f; ++f) out[r * pb.f + f] *= inv[r];
   }
 }
 
@@ -135,7 +160,9 @@ ffi::Error Impl(ffi::ThreadPool pool, ffi::Buffer<ffi::F32> q, ffi::Buffer<ffi::
              qd[1], qd[2], qd[3], qd[4], kd[3], pkd[0], pkd[3], group, row0.typed_data()[0]};
   // Decode (one token) writes it first; longer chunks are written by the caller, so a unit's
   // write can never race another unit's read of the same buffers.
-  pb.tile = pb.t == 1 ? 1 : 16;
+  pb.tile = std::max<int64_t>(1, std::min(pb.t, kMaxTileRows / std::max<int64_t>(pb.r, 1)));
+  if (pb.r > kMaxTileRows)
+    return ffi::Error::InvalidArgument("cache_attention: too many queries per KV head");
   const bool ok = kd[0] == pb.n && kd[1] == pb.kv && kd[2] == pb.f && vd[0] == pb.n &&
                   vd[1] == pb.kv && vd[2] == pb.s && vd[3] == pb.f && pkd[1] == pb.kv &&
                   pkd[2] == pb.f && pvd[0] == pb.b && pvd[1] == pb.kv && pvd[2] == pb.p &&
@@ -150,7 +177,7 @@ ffi::Error Impl(ffi::ThreadPool pool, ffi::Buffer<ffi::F32> q, ffi::Buffer<ffi::
       if (pb.slot[i] >= 0 && pb.slot[i] < pb.s)
         return ffi::Error::InvalidArgument("cache_attention: only one token can be written");
   const int64_t units = pb.n * pb.kv * ((pb.t + pb.tile - 1) / pb.tile);
-  ForEachUnit(pool, units, threads, PassRows(pb.r) * (pb.p + pb.s + 1),
+  ForEachUnit(pool, units, threads, pb.tile * pb.r * (kBlock + 2),
               [pb](int64_t unit, float* scratch) { Unit(pb, unit, scratch); });
   return ffi::Error::Success();
 }
