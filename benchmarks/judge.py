@@ -345,10 +345,10 @@ def main() -> None:
   if not (math.isnan(rate["logit"]) or math.isnan(rate["http"])):
     print(f"flax logit / best http ({best_config}) = {rate['logit'] / rate['http']:.2f}x "
           f"(target >= 5x)")
-  print(f"RESULT match_set={args.match_set} flax_logit_matches_s={rate['logit']:.4g} "
+  print(f"RESULT flax_logit_matches_s={rate['logit']:.4g} "
         f"flax_generative_matches_s={rate['generative']:.4g} http_matches_s={rate['http']:.4g} "
         f"logit_vs_generative_agreement={lg:.4g} " + " ".join(truth_keys)
-        + f" http_best_config={best_config}")
+        + f" http_best_config={best_config} match_set={args.match_set}")
 
 
 if __name__ == "__main__":
