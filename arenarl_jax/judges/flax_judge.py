@@ -282,19 +282,10 @@ class FlaxJudge:
     return [(None, r.error, {}) if r.ids is None else got[r.ids] for r in rows]
 
   def chunks(self, unique: list[tuple[int, ...]]):
-    """(row ids, tokens [n, t] int32, lengths [n]) per chunk of rows padded to its buckets."""
-    for start in range(0, len(unique), self.config.max_rows):
-      part = unique[start:start + self.config.max_rows]
-      n = bucketing.bucket_length(len(part), self.row_buckets, what="chunk rows")
-      t = bucketing.bucket_length(len(part[-1]), self.buckets, what="prompt")
-      tokens = np.zeros((n, t), np.int32)
-      lengths = np.ones((n,), np.int32)  # padding rows: one token, results dropped
-      for r, ids in enumerate(part):
-        tokens[r, :len(ids)] = ids
-        lengths[r] = len(ids)
-      self.counts["rows"] += len(part)
-      self.counts["tokens"] += int(sum(len(ids) for ids in part))
-      yield part, tokens, lengths
+    """(row ids, tokens [n, t] int32, lengths [n]) per chunk of rows by length, padded to its
+    buckets (generative mode: nothing shared beyond the system prompt)."""
+    for chunk in flax_sharing.plan_chunks(unique, self.config.max_rows, 0):
+      yield list(chunk.rows), *self._chunk_arrays(chunk)
 
   def _logit_rows(self, verdict_mode: str, unique: list[tuple[int, ...]]) -> dict:
     _, prefix = self.prefix_state(verdict_mode)
