@@ -209,12 +209,13 @@ class FlaxJudge:
   def snapshot(self) -> dict[str, float]:
     """``metrics.snapshot()`` (latency = one compiled call) plus the flax counters: rows
     (distinct prompts run), tokens (their real tokens), shared_tokens (of those, the ones not run
-    because another row of the call ran the same beginning), calls (compiled-program calls),
-    compiles (programs traced during this judge's calls), refits (prompts re-rendered to fit the
-    budget)."""
+    because another row of the call ran the same beginning), padded_tokens (the tokens the
+    compiled calls ran for them, padding included), branch_tokens (the score branches' tokens
+    run after them), calls (compiled-program calls), compiles (programs traced during this
+    judge's calls), refits (prompts re-rendered to fit the budget)."""
     out = self.metrics.snapshot()
-    for name in ("rows", "tokens", "shared_tokens", "calls", "compiles", "refits",
-                 "generated_tokens"):
+    for name in ("rows", "tokens", "shared_tokens", "padded_tokens", "branch_tokens", "calls",
+                 "compiles", "refits", "generated_tokens"):
       out[name] = self.counts[name]
     return out
 
@@ -302,6 +303,7 @@ class FlaxJudge:
       self.metrics.latency(time.perf_counter() - start)
       self.counts["calls"] += 1
       self.counts["compiles"] += sum(flax_programs.TRACES.values()) - before
+      self.counts["branch_tokens"] += len(arrays[0]) * len(layout.tokens)
       expected = np.asarray(probs, np.float64) @ values  # [n, B]
       for r, ids in enumerate(chunk.rows):
         if not np.all(np.isfinite(expected[r])):
@@ -312,26 +314,26 @@ class FlaxJudge:
     return out
 
   def _plan(self, unique: list[tuple[int, ...]]) -> list[flax_sharing.Chunk]:
-    """The chunks for ``unique``: with shared beginnings when that runs fewer tokens, padding
-    included (each chunk pads its tails to the longest one's bucket, so a plan that groups rows
-    by their beginning can pad more than it saves), else by length alone."""
-    plain = flax_sharing.plan_chunks(unique, self.config.max_rows, 0)
-    if not self.config.min_shared_tokens:
-      return plain
-    shared = flax_sharing.plan_chunks(unique, self.config.max_rows,
-                                      self.config.min_shared_tokens)
-    cost = lambda plan: sum(n * t + b * l for n, t, b, l in map(self._shape, plan))
-    return shared if cost(shared) < cost(plain) else plain
+    """The chunks for ``unique``, cut where they run the fewest padded tokens under this judge's
+    buckets, with shared beginnings when that runs fewer of them (``flax_sharing.plan_chunks``)."""
+    # A call's fixed costs (dispatch, the prefix copy, smaller products per token, one more
+    # program to compile) are charged as two blocks of tokens, so the plan does not trade a few
+    # padded tokens for many small calls.
+    return flax_sharing.plan_chunks(unique, self.config.max_rows, self.config.min_shared_tokens,
+                                    self._pad, self._pad_rows, 2 * self.config.block_tokens)
+
+  def _pad(self, length: int) -> int:
+    return bucketing.bucket_length(length, self.buckets, what="prompt")
+
+  def _pad_rows(self, rows: int) -> int:
+    return bucketing.bucket_length(rows, self.row_buckets, what="chunk rows")
 
   def _shape(self, chunk: flax_sharing.Chunk) -> tuple[int, int, int, int]:
     """(rows, tail tokens, shared beginnings, their tokens) of ``chunk``'s padded arrays."""
-    n = bucketing.bucket_length(len(chunk.rows), self.row_buckets, what="chunk rows")
-    t = bucketing.bucket_length(max(map(len, chunk.tails())), self.buckets, what="prompt")
+    n, t = self._pad_rows(len(chunk.rows)), self._pad(max(map(len, chunk.tails())))
     if not chunk.shared:
       return n, t, 0, 0
-    b = bucketing.bucket_length(len(chunk.shared), self.row_buckets, what="shared beginnings")
-    l = bucketing.bucket_length(max(map(len, chunk.shared)), self.buckets, what="prompt")
-    return n, t, b, l
+    return n, t, self._pad_rows(len(chunk.shared)), self._pad(max(map(len, chunk.shared)))
 
   def _chunk_arrays(self, chunk: flax_sharing.Chunk) -> tuple:
     """score_rows' arrays for ``chunk``, padded to its buckets: (tokens [n, t], lengths [n]) of
@@ -346,6 +348,7 @@ class FlaxJudge:
       lengths[r] = len(ids)
     self.counts["rows"] += len(tails)
     self.counts["tokens"] += int(sum(map(len, chunk.rows)))
+    self.counts["padded_tokens"] += n * t + b * l
     if not chunk.shared:
       return tokens, lengths
     self.counts["shared_tokens"] += int(sum(chunk.offset) - sum(map(len, chunk.shared)))

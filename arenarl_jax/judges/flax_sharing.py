@@ -11,14 +11,17 @@ copies before running only its own tail.
 Groups are runs of the rows in lexicographic order (rows with a common beginning are then
 adjacent, and a run's common prefix is the smallest of its adjacent ones), chosen to save the most
 tokens, (members - 1) x common length summed over the runs: a 7-row group sharing 365 tokens is
-not cut down to the 40 tokens that every trajectory of a prompt may begin with. Groups are then
-packed into chunks of ``max_rows`` rows in order of their tail lengths, so the rows of a chunk pad
-to similar lengths. Pure Python: no device work.
+not cut down to the 40 tokens that every trajectory of a prompt may begin with. Groups then
+follow one another in order of their longest tail, so the rows of a chunk pad to similar lengths,
+and that order is cut into chunks where the padded tokens are fewest (``cut``): a chunk pads
+every tail to its longest one, so a long tail among short ones, or a group split between two
+chunks (its beginning then runs in both), is worth a boundary only when that pads less. Pure Python: no device work.
 """
 from __future__ import annotations
 
 import dataclasses
-from typing import Sequence
+import math
+from typing import Callable, Sequence
 
 Ids = tuple[int, ...]
 
@@ -90,31 +93,86 @@ def group_rows(rows: Sequence[Ids], max_rows: int, min_shared: int) -> list[tupl
   return groups[::-1]
 
 
-def plan_chunks(rows: Sequence[Ids], max_rows: int, min_shared: int) -> list[Chunk]:
-  """The calls for ``rows`` (distinct token tuples): groups of rows with at least ``min_shared``
-  common tokens (0: no sharing, chunks by length alone) packed into chunks of <= ``max_rows``."""
+Pad = Callable[[int], int]
+
+
+def _exact(n: int) -> int:
+  return n
+
+
+def chunk_cost(chunk: Chunk, pad: Pad = _exact, pad_rows: Pad = _exact) -> int:
+  """Tokens that ``chunk``'s padded arrays run: padded rows x their padded longest tail, plus
+  padded beginnings x their padded longest one (``pad``: a length's padded length, the judge's
+  buckets; ``pad_rows``: a row count's)."""
+  cost = pad_rows(len(chunk.rows)) * pad(max(map(len, chunk.tails())))
+  if chunk.shared:
+    cost += pad_rows(len(chunk.shared)) * pad(max(map(len, chunk.shared)))
+  return cost
+
+
+def _chunk(part: Sequence[tuple[Ids, int, int]]) -> Chunk:
+  """The chunk of (row, group, common length) items: each group's beginning once."""
+  shared: dict[int, int] = {}  # group -> index in this chunk's shared parts
+  beginnings, group, offset = [], [], []
+  for ids, k, length in part:
+    if length and k not in shared:
+      shared[k] = len(beginnings)
+      beginnings.append(ids[:length])
+    group.append(shared.get(k, 0))
+    offset.append(length)
+  return Chunk(tuple(ids for ids, _, _ in part), tuple(beginnings), tuple(group), tuple(offset))
+
+
+def cut(order: Sequence[tuple[Ids, int, int]], max_rows: int, pad: Pad | None = None,
+        pad_rows: Pad = _exact, call_tokens: int = 0) -> list[Chunk]:
+  """Chunks of consecutive (row, group, common length) items of ``order``.
+
+  Without ``pad``, every chunk but the last is filled to ``max_rows``. With it, the cuts are the
+  ones whose chunks run the fewest padded tokens (``chunk_cost``) plus ``call_tokens`` per chunk,
+  fewer chunks on a tie: dynamic programming over the cut points, O(items x max_rows). A chunk
+  pads every tail to its longest, so a long tail among short ones, or a group cut in two (its
+  beginning then runs in both chunks), is worth a chunk boundary only when that pads less.
+  """
+  if pad is None:
+    return [_chunk(order[k:k + max_rows]) for k in range(0, len(order), max_rows)]
+  n = len(order)
+  best = [(0, 0)] + [(math.inf, 0)] * n  # best[i]: (tokens, chunks) for the first i items
+  size = [0] * (n + 1)  # size of the last chunk of best[i]
+  for i in range(1, n + 1):
+    for k in range(1, min(max_rows, i) + 1):
+      tokens, chunks = best[i - k]
+      candidate = (tokens + call_tokens + chunk_cost(_chunk(order[i - k:i]), pad, pad_rows),
+                   chunks + 1)
+      if candidate < best[i]:
+        best[i], size[i] = candidate, k
+  bounds, i = [], n
+  while i > 0:
+    bounds.append((i - size[i], i))
+    i -= size[i]
+  return [_chunk(order[a:b]) for a, b in reversed(bounds)]
+
+
+def plan_chunks(rows: Sequence[Ids], max_rows: int, min_shared: int, pad: Pad | None = None,
+                pad_rows: Pad = _exact, call_tokens: int = 0) -> list[Chunk]:
+  """The calls for ``rows`` (distinct token tuples), <= ``max_rows`` rows each.
+
+  ``min_shared`` 0: no sharing, rows in order of length. Otherwise groups of rows with at least
+  ``min_shared`` common tokens, group after group in order of their longest tail (the rows of a
+  chunk then pad to similar lengths); that plan is returned when it runs fewer padded tokens
+  than the one by length (``chunk_cost``: a chunk pads every tail to its longest, so grouping
+  rows by their beginning can pad more than it saves). ``pad``, ``pad_rows`` and ``call_tokens``
+  (a call's fixed costs in tokens): see ``cut``.
+  """
   if max_rows < 1:
     raise ValueError(f"max_rows must be >= 1, got {max_rows}")
+  by_length = sorted(set(rows), key=lambda ids: (len(ids), ids))
+  plain = cut([(ids, 0, 0) for ids in by_length], max_rows, pad, pad_rows, call_tokens)
   if min_shared <= 0:
-    ordered = sorted(set(rows), key=lambda ids: (len(ids), ids))
-    return [Chunk(tuple(ordered[k:k + max_rows])) for k in range(0, len(ordered), max_rows)]
+    return plain
   groups = group_rows(rows, max_rows, min_shared)
   groups.sort(key=lambda g: (max(len(m) - g[1] for m in g[0]), g[0][0]))
-  # Chunks are filled to max_rows (a padding row would run a whole tail for nothing); a group
-  # cut by a chunk boundary runs its shared part once in each chunk it reaches, so its rows keep
-  # their short tails (the chunk pads every tail to its longest).
-  flat = [(ids, k, length) for k, (members, length) in enumerate(groups) for ids in members]
-  chunks = []
-  for begin in range(0, len(flat), max_rows):
-    part = flat[begin:begin + max_rows]
-    shared: dict[int, int] = {}  # group -> index in this chunk's shared parts
-    beginnings, group, offset = [], [], []
-    for ids, k, length in part:
-      if length and k not in shared:
-        shared[k] = len(beginnings)
-        beginnings.append(ids[:length])
-      group.append(shared.get(k, 0))
-      offset.append(length)
-    chunks.append(Chunk(tuple(ids for ids, _, _ in part), tuple(beginnings), tuple(group),
-                        tuple(offset)))
-  return chunks
+  order = [(ids, k, length) for k, (members, length) in enumerate(groups)
+           for ids in sorted(members, key=lambda ids: (len(ids), ids))]
+  shared = cut(order, max_rows, pad, pad_rows, call_tokens)
+  total = lambda plan: sum(chunk_cost(c, pad or _exact, pad_rows) + call_tokens for c in plan)
+  return shared if total(shared) < total(plain) else plain

@@ -94,6 +94,43 @@ def test_chunk_rejects_a_row_that_does_not_begin_with_its_shared_part():
     flax_sharing.Chunk(((1, 2),), ((1, 2),), (0,), (2,))
 
 
+def _pow2(n: int) -> int:
+  return 1 << (n - 1).bit_length()
+
+
+def test_cut_finds_the_cheapest_cut_of_its_order():
+  rng = np.random.default_rng(2)
+  pad = lambda n: -(-n // 8) * 8
+  for trial in range(40):
+    groups = rng.integers(0, 3, int(rng.integers(1, 8))).tolist()  # group g shares 5g tokens
+    order = [(tuple(range(int(rng.integers(11, 40)))), g, 5 * g) for g in groups]
+    max_rows, call = int(rng.integers(1, 5)), int(rng.integers(0, 30))
+    total = lambda plan: sum(flax_sharing.chunk_cost(c, pad, _pow2) + call for c in plan)
+    got = flax_sharing.cut(order, max_rows, pad, _pow2, call)
+    assert [ids for c in got for ids in c.rows] == [ids for ids, _, _ in order], trial
+    assert max(len(c.rows) for c in got) <= max_rows
+
+    def brute(items):  # every cut into consecutive pieces of <= max_rows
+      if not items:
+        return 0
+      return min(total([flax_sharing.cut(items[:k], k)[0]]) + brute(items[k:])
+                 for k in range(1, min(max_rows, len(items)) + 1))
+    assert total(got) == brute(order), trial
+
+
+def test_a_group_is_split_between_chunks_only_when_that_pads_less():
+  rows = _rows(range(4), range(4))  # 4 groups of 3 rows: 53 common tokens, 41 of their own
+  # Counting rows as they are, splitting a group runs its beginning twice: no group is split.
+  chunks = flax_sharing.plan_chunks(rows, 8, 16, pad=lambda n: n)
+  assert [len(c.rows) for c in chunks] == [6, 6] and [len(c.shared) for c in chunks] == [2, 2]
+  # With rows padded to powers of two, 6 rows cost 8: 8 + 4 rows, one group in both chunks,
+  # run 12 x 41 + 6 x 53 tokens instead of 16 x 41 + 4 x 53.
+  chunks = flax_sharing.plan_chunks(rows, 8, 16, pad=lambda n: n, pad_rows=_pow2)
+  assert sorted(len(c.rows) for c in chunks) == [4, 8]
+  assert sum(flax_sharing.chunk_cost(c, pad_rows=_pow2) for c in chunks) == 12 * 41 + 6 * 53
+  assert len({s for c in chunks for s in c.shared}) == 4  # one beginning in both chunks
+
+
 # ---------------------------------------------------------------- the judge
 @pytest.fixture(scope="module")
 def tok():
@@ -156,19 +193,26 @@ def test_one_program_per_shared_shape(tok):
   assert judge.snapshot()["compiles"] == compiles
 
 
-def test_the_judge_shares_only_when_that_runs_fewer_padded_tokens(tok):
+def test_the_judge_plans_the_fewest_padded_tokens(tok):
   judge = flax_judge.FlaxJudge(make_model(config_lib.PRESETS["tiny"]), tok,
                                flax_judge.FlaxJudgeConfig(max_rows=4, min_shared_tokens=8))
-  cost = lambda plan: sum(n * t + b * l for n, t, b, l in map(judge._shape, plan))
+  call = 2 * judge.config.block_tokens
+  cost = lambda plan: sum(flax_sharing.chunk_cost(c, judge._pad, judge._pad_rows) + call
+                          for c in plan)
   rng = np.random.default_rng(1)
   chose = set()
   for _ in range(20):
     base = [tuple(rng.integers(0, 4, rng.integers(8, 120)).tolist()) for _ in range(3)]
     rows = sorted({b + tuple(rng.integers(0, 9, rng.integers(1, 200)).tolist())
                    for b in base for _ in range(int(rng.integers(1, 5)))})
-    plain = flax_sharing.plan_chunks(rows, 4, 0)
-    shared = flax_sharing.plan_chunks(rows, 4, 8)
     plan = judge._plan(rows)
-    assert cost(plan) == min(cost(plain), cost(shared))
+    assert sorted(ids for c in plan for ids in c.rows) == rows
+    # Never more than without sharing, nor than chunks filled in order (with or without it).
+    plain = flax_sharing.plan_chunks(rows, 4, 0, judge._pad, judge._pad_rows, call)
+    assert cost(plan) <= min(cost(plain), cost(flax_sharing.plan_chunks(rows, 4, 0)),
+                             cost(flax_sharing.plan_chunks(rows, 4, 8)))
+    # The counters and compiled shapes follow the same padding.
+    assert [flax_sharing.chunk_cost(c, judge._pad, judge._pad_rows) for c in plan] == [
+        n * t + b * l for n, t, b, l in map(judge._shape, plan)]
     chose.add(any(c.shared for c in plan))
   assert chose == {True, False}  # both outcomes occur in this sample
