@@ -26,6 +26,13 @@ mode writes the same compact verdict the HTTP judge asks for, greedy, under the 
 HTTP side's JSON schema constrains them), and parses it strictly. A warm-up call compiles each
 mode's programs.
 
+Work: what each side computed for the timed matches. Logit mode: the prompt tokens its calls
+ran (padding included, shared beginnings once) and the score branches' tokens. ``llama-server``
+(started with ``--metrics``): its own counters of prompt tokens computed and reused from its
+prompt cache, generated tokens, and the slot-seconds spent on each; the prompt share
+(``http_prompt_share`` of the best configuration) bounds what any prefill-only judge can gain over
+it at the same speed per prompt token: 1 / share.
+
 Agreement: the fraction of matches (judged ok by both) where the two modes name the same winner
 (P, Q or tie), and each backend's agreement with the ground truth: every trajectory has a known
 quality, and the programmatic rubric judge with no noise gives the reference verdicts. With a
@@ -41,6 +48,7 @@ import dataclasses
 import math
 import time
 
+import httpx
 import numpy as np
 
 from arenarl_jax.judges import http
@@ -171,10 +179,33 @@ def make_server(kind: str, slots: int, args) -> local_server.LlamaServer:
   """llama-cpp-python's server (one request at a time) or llama.cpp's with ``slots`` slots."""
   model = find_smollm2_gguf()
   threads = dict(n_threads=args.n_threads, n_threads_batch=args.n_threads_batch)
-  if kind == "native":
+  if kind == "native":  # --metrics: its work counters (server_work)
     return local_server.NativeLlamaServer(local_server.find_native_server(args.server_binary),
-                                          model, parallel=slots, n_ctx=2048, **threads)
+                                          model, parallel=slots, n_ctx=2048,
+                                          extra_args=("--metrics",), **threads)
   return local_server.LlamaServer(model, n_ctx=2048, **threads)
+
+
+SERVER_COUNTERS = ("prompt_tokens_total", "prompt_tokens_cached_total", "prompt_seconds_total",
+                   "tokens_predicted_total", "tokens_predicted_seconds_total")
+
+
+def server_work(server: local_server.LlamaServer) -> dict[str, float]:
+  """``llama-server``'s work counters now (its Prometheus ``/metrics``; empty for a server
+  without them). Seconds are summed over slots."""
+  try:
+    resp = httpx.get(f"http://{server.host}:{server.port}/metrics", timeout=30.0)
+  except httpx.HTTPError:
+    return {}
+  if resp.status_code != 200:
+    return {}
+  out = {}
+  for line in resp.text.splitlines():
+    name, _, value = line.partition(" ")
+    name = name.removeprefix("llamacpp:")
+    if name in SERVER_COUNTERS:
+      out[name] = float(value)
+  return out
 
 
 def bench_http(matches: list[Match], kind: str, slots: int, args) -> tuple[float, dict, list]:
@@ -200,10 +231,13 @@ def bench_http(matches: list[Match], kind: str, slots: int, args) -> tuple[float
     judge = http.HttpJudge(config, "travel", compact=True)
     judge.judge(make_matches(1, seed=99))  # warm-up
     judge.metrics.reset()
+    before = server_work(server)
     start = time.perf_counter()
     results = judge.judge(matches)
     wall = time.perf_counter() - start
+    after = server_work(server)
   metrics = judge.metrics.snapshot()
+  metrics["server"] = {k: after[k] - before[k] for k in after if k in before}
   metrics["ok_matches"] = sum(r.ok for r in results)
   return len(matches) / wall, metrics, results
 
@@ -309,6 +343,9 @@ def main() -> None:
           f"ms, score mass p50 = {m['score_mass_p50']:.3f}, |score_p - score_q| p50 = "
           f"{m['margin_p50']:.3f}, order flips = {m['order_flip_rate']:.3f}; warm-up "
           f"{m['warmup_s']:.0f} s")
+    print(f"  work: {m['padded_tokens']} prompt tokens run with padding "
+          f"({m['tokens'] - m['shared_tokens']} real, shared beginnings once), "
+          f"{m['branch_tokens']} branch tokens")
   if args.flax_matches and args.generative_matches:
     n = min(args.generative_matches, args.flax_matches)
     rate["generative"], m, res = bench_flax(matches[:n], args.flax_max_rows, "generative",
@@ -320,7 +357,7 @@ def main() -> None:
           f"ok={m['ok_matches']}, parse_failures={m['parse_failures']}, calls={m['calls']}, "
           f"order flips = {m['order_flip_rate']:.3f}; warm-up {m['warmup_s']:.0f} s"
           + (f"; first error: {m['first_error']}" if m["first_error"] else ""))
-  best_config = "none"
+  best_config, prompt_share = "none", math.nan
   if args.http_matches:
     for kind, slots in server_configs(args):
       name = "python" if kind == "python" else f"native_np{slots}"
@@ -332,8 +369,20 @@ def main() -> None:
             f"{m['order_flip_rate']:.3f}, latency p50/p90/p99 = {m['latency_ms_p50']:.0f}/"
             f"{m['latency_ms_p90']:.0f}/{m['latency_ms_p99']:.0f} ms; vs ground truth {a:.3f} "
             f"of {n}")
+      work, share = m["server"], math.nan
+      if work:
+        busy = work["prompt_seconds_total"] + work["tokens_predicted_seconds_total"]
+        share = work["prompt_seconds_total"] / busy if busy else math.nan
+        print(f"  work: {work['prompt_tokens_total']:.0f} prompt tokens computed "
+              f"({work.get('prompt_tokens_cached_total', math.nan):.0f} reused from its cache) "
+              f"in {work['prompt_seconds_total']:.0f} slot-s, "
+              f"{work['tokens_predicted_total']:.0f} tokens generated in "
+              f"{work['tokens_predicted_seconds_total']:.0f} slot-s: prompts take {share:.3f} of "
+              f"its time, so a prefill-only judge at its speed per prompt token would be "
+              f"{1 / share:.2f}x faster")
       if math.isnan(rate["http"]) or r > rate["http"]:
         rate["http"], verdicts["http"], best_config = r, winners(res), name
+        prompt_share = share
     print(f"http best: {best_config} at {rate['http']:.4f} matches/s")
   lg, n_lg = agreement(verdicts.get("logit", []), verdicts.get("generative", []))
   print(f"logit vs generative: same winner on {lg:.3f} of {n_lg} matches judged ok by both")
@@ -348,7 +397,8 @@ def main() -> None:
   print(f"RESULT flax_logit_matches_s={rate['logit']:.4g} "
         f"flax_generative_matches_s={rate['generative']:.4g} http_matches_s={rate['http']:.4g} "
         f"logit_vs_generative_agreement={lg:.4g} " + " ".join(truth_keys)
-        + f" http_best_config={best_config} match_set={args.match_set}")
+        + f" http_best_config={best_config} http_prompt_share={prompt_share:.4g}"
+        f" match_set={args.match_set}")
 
 
 if __name__ == "__main__":
