@@ -29,16 +29,17 @@ mode's programs.
 Work: what each side computed for the timed matches. Logit mode: the prompt tokens its calls
 ran (padding included, shared beginnings once) and the score branches' tokens. ``llama-server``
 (started with ``--metrics``): its own counters of prompt tokens computed and reused from its
-prompt cache, generated tokens, and the slot-seconds spent on each; the prompt share
-(``http_prompt_share`` of the best configuration) bounds what any prefill-only judge can gain over
-it at the same speed per prompt token: 1 / share.
+prompt cache, generated tokens, and the slot-seconds spent on each. Its share of time in prompts
+(``http_prompt_share``, measured with one slot, ``native:1``: with more, the slots' seconds
+overlap) bounds what a prefill-only judge gains over it at its speed per prompt token: 1 / share.
 
 Agreement: the fraction of matches (judged ok by both) where the two modes name the same winner
 (P, Q or tie), and each backend's agreement with the ground truth: every trajectory has a known
 quality, and the programmatic rubric judge with no noise gives the reference verdicts. With a
 135M judge these say more about the model than about the method. Ends with one line:
 ``RESULT flax_logit_matches_s=... flax_generative_matches_s=... http_matches_s=...
-logit_vs_generative_agreement=...`` (plus truth agreements and the best HTTP configuration).
+logit_vs_generative_agreement=...`` (plus truth agreements, the best HTTP configuration, the
+one-slot server's prompt share and the match set).
 Timings on a shared machine are noisy.
 """
 from __future__ import annotations
@@ -369,20 +370,20 @@ def main() -> None:
             f"{m['order_flip_rate']:.3f}, latency p50/p90/p99 = {m['latency_ms_p50']:.0f}/"
             f"{m['latency_ms_p90']:.0f}/{m['latency_ms_p99']:.0f} ms; vs ground truth {a:.3f} "
             f"of {n}")
-      work, share = m["server"], math.nan
+      work = m["server"]
       if work:
-        busy = work["prompt_seconds_total"] + work["tokens_predicted_seconds_total"]
-        share = work["prompt_seconds_total"] / busy if busy else math.nan
         print(f"  work: {work['prompt_tokens_total']:.0f} prompt tokens computed "
               f"({work.get('prompt_tokens_cached_total', math.nan):.0f} reused from its cache) "
               f"in {work['prompt_seconds_total']:.0f} slot-s, "
               f"{work['tokens_predicted_total']:.0f} tokens generated in "
-              f"{work['tokens_predicted_seconds_total']:.0f} slot-s: prompts take {share:.3f} of "
-              f"its time, so a prefill-only judge at its speed per prompt token would be "
-              f"{1 / share:.2f}x faster")
+              f"{work['tokens_predicted_seconds_total']:.0f} slot-s")
+        busy = work["prompt_seconds_total"] + work["tokens_predicted_seconds_total"]
+        if slots == 1 and busy:  # with more slots their seconds overlap
+          prompt_share = work["prompt_seconds_total"] / busy
+          print(f"  prompts take {prompt_share:.3f} of its time: a prefill-only judge at its "
+                f"speed per prompt token would be {1 / prompt_share:.2f}x faster")
       if math.isnan(rate["http"]) or r > rate["http"]:
         rate["http"], verdicts["http"], best_config = r, winners(res), name
-        prompt_share = share
     print(f"http best: {best_config} at {rate['http']:.4f} matches/s")
   lg, n_lg = agreement(verdicts.get("logit", []), verdicts.get("generative", []))
   print(f"logit vs generative: same winner on {lg:.3f} of {n_lg} matches judged ok by both")
