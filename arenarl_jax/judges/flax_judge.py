@@ -18,9 +18,10 @@ pairwise judge exists to break. Identical prompts (e.g. both orders of a self-ma
 once, so a self-match ties exactly, and distinct prompts run in a canonical order (a function of
 the set of prompts alone), so swapping P and Q swaps the two sums exactly. Rows of one call that
 begin with the same tokens (in a tournament, every match that shows the same trajectory first)
-run that beginning once (``flax_sharing``, ``min_shared_tokens``). Rows run in chunks of
-``max_rows`` with their text right-padded to length buckets (``bucket_step``): one compiled
-program per (rows, bucket, shared beginnings, their bucket). The programs are not sharded: they run on the default device. The model's own
+run that beginning once (``flax_sharing``, ``min_shared_tokens``). Rows run in chunks of at most
+``max_rows``, cut where they run the fewest padded tokens, with their text right-padded to length
+buckets (``bucket_step``): one compiled program per (rows, bucket, shared beginnings, their
+bucket). The programs are not sharded: they run on the default device. The model's own
 API does the work (``fill``, ``branch_hidden``, ``head``), so attention runs on the model's chosen
 implementation (``model.attention``; on CPU the compiled kernel, which reads only each query's
 visible slots).
