@@ -331,10 +331,7 @@ class FlaxJudge:
 
   def _shape(self, chunk: flax_sharing.Chunk) -> tuple[int, int, int, int]:
     """(rows, tail tokens, shared beginnings, their tokens) of ``chunk``'s padded arrays."""
-    n, t = self._pad_rows(len(chunk.rows)), self._pad(max(map(len, chunk.tails())))
-    if not chunk.shared:
-      return n, t, 0, 0
-    return n, t, self._pad_rows(len(chunk.shared)), self._pad(max(map(len, chunk.shared)))
+    return flax_sharing.padded_shape(chunk, self._pad, self._pad_rows)
 
   def _chunk_arrays(self, chunk: flax_sharing.Chunk) -> tuple:
     """score_rows' arrays for ``chunk``, padded to its buckets: (tokens [n, t], lengths [n]) of

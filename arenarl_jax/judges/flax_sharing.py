@@ -100,14 +100,20 @@ def _exact(n: int) -> int:
   return n
 
 
+def padded_shape(chunk: Chunk, pad: Pad = _exact,
+                 pad_rows: Pad = _exact) -> tuple[int, int, int, int]:
+  """(rows, tail tokens, shared beginnings, their tokens) of ``chunk``'s padded arrays
+  (``pad``: a length's padded length, the judge's buckets; ``pad_rows``: a row count's)."""
+  n, t = pad_rows(len(chunk.rows)), pad(max(map(len, chunk.tails())))
+  if not chunk.shared:
+    return n, t, 0, 0
+  return n, t, pad_rows(len(chunk.shared)), pad(max(map(len, chunk.shared)))
+
+
 def chunk_cost(chunk: Chunk, pad: Pad = _exact, pad_rows: Pad = _exact) -> int:
-  """Tokens that ``chunk``'s padded arrays run: padded rows x their padded longest tail, plus
-  padded beginnings x their padded longest one (``pad``: a length's padded length, the judge's
-  buckets; ``pad_rows``: a row count's)."""
-  cost = pad_rows(len(chunk.rows)) * pad(max(map(len, chunk.tails())))
-  if chunk.shared:
-    cost += pad_rows(len(chunk.shared)) * pad(max(map(len, chunk.shared)))
-  return cost
+  """Tokens that ``chunk``'s padded arrays run: rows x tail tokens + beginnings x theirs."""
+  n, t, b, l = padded_shape(chunk, pad, pad_rows)
+  return n * t + b * l
 
 
 def _chunk(part: Sequence[tuple[Ids, int, int]]) -> Chunk:
