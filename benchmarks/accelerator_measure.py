@@ -12,7 +12,7 @@ from flax import nnx
 from arenarl_jax.models import loading
 from arenarl_jax.models.config import PRESETS, ModelConfig
 from arenarl_jax.models.transformer import Transformer, abstract_model
-from arenarl_jax.sampler import Sampler, SamplingSettings
+from arenarl_jax.sampling.sampler import Sampler, SamplingSettings
 
 import timing  # benchmarks/timing.py
 
@@ -120,7 +120,8 @@ def train(model: Transformer, sizes) -> tuple[float, float]:
   the k3 KL, AdamW) where that module exists, else ``generic_train``; 3 x the forward's FLOPs
   (the reference log-probs' extra forward is not counted)."""
   try:
-    from arenarl_jax import losses, train_step  # pylint: disable=g-import-not-at-top
+    from arenarl_jax.rl import losses  # pylint: disable=g-import-not-at-top
+    from arenarl_jax.rl import train_step
   except ImportError:
     return generic_train(model, sizes)
   cfg = model.cfg

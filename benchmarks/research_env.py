@@ -18,7 +18,7 @@ import time
 
 import numpy as np
 
-from arenarl_jax import messages
+from arenarl_jax.text import messages
 from arenarl_jax.envs.research import corpus as corpus_lib
 from arenarl_jax.envs.research import environment, search, tasks
 from arenarl_jax.judges import rubric as rubric_lib

@@ -38,8 +38,9 @@ sys.path.insert(0, os.path.join(ROOT, "configs"))
 def start_policy(config, workdir: str, env, from_workdir: str):
   """The policy the step starts from: fresh (``from_workdir`` empty), else the run's newest RL
   checkpoint or, without one, its SFT checkpoint (with the run's saved tokenizer)."""
-  from arenarl_jax import policy as policy_lib  # pylint: disable=import-outside-toplevel
-  from arenarl_jax import sft, train  # pylint: disable=import-outside-toplevel
+  from arenarl_jax.sft import policy as policy_lib  # pylint: disable=import-outside-toplevel
+  from arenarl_jax.sft import stage as sft  # pylint: disable=import-outside-toplevel
+  from arenarl_jax import pipeline  # pylint: disable=import-outside-toplevel
   if not from_workdir:
     return policy_lib.make_policy(config, workdir, env), "init"
   saved = os.path.join(from_workdir, policy_lib.TOKENIZER_DIR)
@@ -48,14 +49,14 @@ def start_policy(config, workdir: str, env, from_workdir: str):
                             "tokenizer.json (not a workdir of a run of this config)")
   shutil.copytree(saved, os.path.join(workdir, policy_lib.TOKENIZER_DIR))  # the run's ids
   policy = policy_lib.make_policy(config, workdir, env)
-  params, step = train._rl_params(config, from_workdir, policy.model)  # pylint: disable=protected-access
+  params, step = pipeline.rl_params(config, from_workdir, policy.model)
   source = f"rl_step_{step}"
   if params is None:
     if not sft.has_checkpoint(from_workdir):
       raise FileNotFoundError(f"--from_workdir={from_workdir}: neither checkpoints/ nor "
                               f"{sft.SFT_DIR}/checkpoints holds a policy")
     params, source = sft.restore_params(config, from_workdir, policy), "sft"
-  policy.model = train._with_params(policy.model, jax.device_get(params))  # pylint: disable=protected-access
+  policy.model = pipeline.with_params(policy.model, jax.device_get(params))
   return policy, source
 
 
@@ -67,7 +68,11 @@ def main(argv=None):
                       help="start from this quickstart run's policy (RL checkpoint, else SFT)")
   args = parser.parse_args(argv)
   import quickstart  # pylint: disable=import-outside-toplevel
-  from arenarl_jax import evaluator, rl_rollout, sft, train
+  from arenarl_jax.eval import run as evaluator
+  from arenarl_jax.rl import experience as rl_rollout
+  from arenarl_jax.sft import stage as sft
+  from arenarl_jax import pipeline
+  from arenarl_jax.rl import loop
   from arenarl_jax.data import builder
   from arenarl_jax.envs import base
 
@@ -83,9 +88,9 @@ def main(argv=None):
   policy, source = start_policy(config, workdir, env, args.from_workdir)
   tasks = rl_rollout.tasks_from_records(builder.data_source(sft.dataset_path(config), "train"))
   rollout = rl_rollout.AgentRollout(config, env, policy, tasks,
-                                    train.make_training_judge(config, env),
+                                    pipeline.make_training_judge(config, env),
                                     truth=evaluator.checker_judge(env))
-  train.run(config, workdir, rollout, model=policy.model)
+  loop.run(config, workdir, rollout, model=policy.model)
   with open(os.path.join(workdir, "metrics.jsonl"), encoding="utf-8") as f:
     last = [json.loads(line) for line in f][-1]
   step = last["time/step_s"]

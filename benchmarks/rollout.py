@@ -27,8 +27,8 @@ from arenarl_jax.envs import base
 from arenarl_jax.models.config import PRESETS
 from arenarl_jax.models.loading import load_model, load_tokenizer
 from arenarl_jax.models.transformer import make_model
-from arenarl_jax.rollout import CompileCounter, Rollout, RolloutSettings
-from arenarl_jax.sampler import Sampler, SamplingSettings
+from arenarl_jax.rollout.agent_loop import CompileCounter, Rollout, RolloutSettings
+from arenarl_jax.sampling.sampler import Sampler, SamplingSettings
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1] / "tests"))
 from rollout_fakes import Steered  # noqa: E402  (the model steered into tool calls, shared)

@@ -32,7 +32,7 @@ from arenarl_jax.models.cpu import compile_options
 from arenarl_jax.models.cpu import decode as token_step
 from arenarl_jax.models.embedded import find_smollm2_gguf
 from arenarl_jax.models.loading import load_model
-from arenarl_jax.sampler import Sampler, SamplingSettings
+from arenarl_jax.sampling.sampler import Sampler, SamplingSettings
 
 import timing  # benchmarks/timing.py (the script folder is on sys.path)
 
@@ -42,7 +42,7 @@ TEXT = ("You are a travel agent. Plan a three day trip to Lisbon for two people 
 
 def make_prompts(n: int, length: int) -> list[list[int]]:
   """n different prompts of exactly ``length`` tokens (real text, shifted per prompt)."""
-  from arenarl_jax.tokenizer import Tokenizer  # pylint: disable=import-outside-toplevel
+  from arenarl_jax.text.tokenizer import Tokenizer  # pylint: disable=import-outside-toplevel
   ids = Tokenizer.from_gguf(find_smollm2_gguf()).encode(TEXT * 8)
   return [ids[3 * i: 3 * i + length] for i in range(n)]
 

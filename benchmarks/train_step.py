@@ -37,7 +37,8 @@ import jax.numpy as jnp
 import numpy as np
 from flax import nnx
 
-from arenarl_jax import losses, sharding
+from arenarl_jax import sharding
+from arenarl_jax.rl import losses
 from arenarl_jax.models import remat as remat_lib
 from arenarl_jax.models.cpu import allocator
 from arenarl_jax.models.cpu import compile_options
@@ -45,7 +46,7 @@ from arenarl_jax.models.config import PRESETS
 from arenarl_jax.models.loading import load_model
 from arenarl_jax.models.safetensors_io import export_hf_dir
 from arenarl_jax.models.transformer import make_model
-from arenarl_jax.train_step import Trainer, make_optimizer
+from arenarl_jax.rl.train_step import Trainer, make_optimizer
 
 import timing  # benchmarks/timing.py (the script folder is on sys.path)
 

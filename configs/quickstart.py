@@ -3,7 +3,7 @@
   python -m arenarl_jax.main --config=configs/quickstart.py --workdir=runs/quickstart
 
 On the travel environment: a 2-layer Llama-family model (``model.init.preset=quickstart``) with a
-4,096-token BPE trained on the environment's text (``arenarl_jax/task_tokenizer.py`` says why),
+4,096-token BPE trained on the environment's text (``arenarl_jax/text/task_tokenizer.py`` says why),
 SFT on the expert's conversations, then ArenaRL (seeded single elimination, groups of 4 with a
 greedy anchor) trained against the rubric judge under a stated noise model (below), then the
 policy's greedy rollouts of 100 held-out test tasks (20 per subtask) judged by the NOISE-FREE
@@ -56,7 +56,6 @@ def get_config(arg=None):
   c.sampling.max_new_tokens = 192
   c.sampling.max_turns = 2
   c.sampling.cache_len = 3072
-  c.rl.rollout = "agent"
   c.rl.prompts_per_step = 4
   c.rl.steps = 8
   c.rl.minibatches_per_rollout = 2

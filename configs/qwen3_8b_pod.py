@@ -77,7 +77,6 @@ def get_config(arg=None):
   c.sampling.max_new_tokens = 1024
   c.sampling.max_turns = 6
   c.sampling.cache_len = 8192
-  c.rl.rollout = "agent"
   c.rl.prompts_per_step = 64
   c.rl.steps = 300
   c.rl.minibatches_per_rollout = 4

@@ -49,7 +49,6 @@ def get_config(arg=None):
   c.sampling.max_new_tokens = 256
   c.sampling.max_turns = 3  # search, open pages, write
   c.sampling.cache_len = 4096
-  c.rl.rollout = "agent"
   c.rl.prompts_per_step = 4
   c.rl.steps = 8
   c.rl.minibatches_per_rollout = 2

@@ -47,7 +47,6 @@ def get_config(arg=None):
   c.sampling.max_new_tokens = 256
   c.sampling.max_turns = 3
   c.sampling.cache_len = 4096
-  c.rl.rollout = "agent"
   c.rl.prompts_per_step = 8
   c.rl.steps = 50
   c.rl.minibatches_per_rollout = 2

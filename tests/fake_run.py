@@ -38,7 +38,7 @@ def make_model():
 
 
 def make_rollout(kill_at=-1, term_at=-1):
-  from arenarl_jax.fake_rollout import FakeRollout
+  from fake_rollout import FakeRollout
 
   class Rollout(FakeRollout):
     def __call__(self, params, *, step, **kw):
@@ -62,8 +62,9 @@ def main(argv):
   parser.add_argument("--port", type=int, default=0)
   args = parser.parse_args(argv)
   config = make_config(args.steps, args.procs, args.proc, args.port)
-  from arenarl_jax import train
-  train.initialize_distributed(config.distributed)
+  from arenarl_jax import hosts
+  from arenarl_jax.rl import loop as train
+  hosts.initialize_distributed(config.distributed)
   import jax
   from jax.experimental import multihost_utils
   state = train.run(config, args.workdir, make_rollout(args.kill_at, args.term_at),

@@ -2,12 +2,12 @@
 
   python tests/pipeline_run.py WORKDIR DATA_DIR [--procs K --proc I --port P] [--set key=value ...]
 
-Runs ``train.pipeline`` (SFT -> RL with the agent rollout -> evaluation) with the smoke config
+Runs ``pipeline.pipeline`` (SFT -> RL with the agent rollout -> evaluation) with the smoke config
 (``--set`` overrides scalars, e.g. ``--set rl.steps=1``). Each process writes
 ``WORKDIR/groups_<process>.json``: per RL step, the prompt ids it rolled out and, per group,
 every trajectory's tokens and advantage. Process 0 writes the final RL parameters (gathered from
 all processes) to ``WORKDIR/params.npz``, the pipeline's output to ``WORKDIR/result.txt`` and
-the exported policy (``train.export``) to ``WORKDIR/export``.
+the exported policy (``pipeline.export``) to ``WORKDIR/export``.
 """
 import argparse
 import contextlib
@@ -48,7 +48,8 @@ def main(argv):
   parser.add_argument("--set", action="append", default=[])
   args = parser.parse_args(argv)
   config = make_config(args.data_dir, args.procs, args.proc, args.port, args.set)
-  from arenarl_jax import rl_rollout, train  # pylint: disable=import-outside-toplevel
+  from arenarl_jax.rl import experience as rl_rollout  # pylint: disable=import-outside-toplevel
+  from arenarl_jax import pipeline
   import jax  # pylint: disable=import-outside-toplevel
   from jax.experimental import multihost_utils  # pylint: disable=import-outside-toplevel
 
@@ -79,8 +80,8 @@ def main(argv):
   train.run = capturing_run
   out = io.StringIO()
   with contextlib.redirect_stdout(out):
-    train.pipeline(config, args.workdir)
-  train.export(config, args.workdir)  # the final policy as an HF directory (process 0 writes)
+    pipeline.pipeline(config, args.workdir)
+  pipeline.export(config, args.workdir)  # the final policy as an HF directory (process 0 writes)
   me = jax.process_index()
   with open(os.path.join(args.workdir, f"groups_{me}.json"), "w", encoding="utf-8") as f:
     json.dump(record, f)

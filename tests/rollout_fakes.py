@@ -18,7 +18,7 @@ from flax import nnx
 from arenarl_jax.envs import base
 from arenarl_jax.envs.inprocess import check_arguments
 from arenarl_jax.models.loading import load_tokenizer
-from arenarl_jax.sampler import FINISH_REASONS, PAD, SampleOutput
+from arenarl_jax.sampling.sampler import FINISH_REASONS, PAD, SampleOutput
 
 
 @functools.lru_cache(maxsize=None)

@@ -2,7 +2,7 @@
 import numpy as np
 import pytest
 
-from arenarl_jax import advantages
+from arenarl_jax.rl import advantages
 
 
 def test_n2_advantages_are_plus_minus_0_7071():

@@ -2,7 +2,7 @@
 import numpy as np
 import pytest
 
-from arenarl_jax.batch import bucket_length, make_batch, split_rows
+from arenarl_jax.rl.batch import bucket_length, make_batch, split_rows
 from arenarl_jax.types import Trajectory
 
 

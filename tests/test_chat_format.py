@@ -1,8 +1,8 @@
 """ChatML tool chat format: exact rendering, parser round trip, prefix + increments == whole."""
 import pytest
 
-from arenarl_jax import chat_format as cf
-from arenarl_jax import tool_calls
+from arenarl_jax.text import chat_format as cf
+from arenarl_jax.text import tool_calls
 from arenarl_jax.types import ToolCall
 
 WEATHER = {"name": "weather", "description": "Weather in a city",

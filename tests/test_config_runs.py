@@ -15,8 +15,9 @@ import pytest
 from flax import nnx
 from jax.sharding import AbstractMesh
 
-from arenarl_jax import policy as policy_lib
-from arenarl_jax import sharding, train
+from arenarl_jax.sft import policy as policy_lib
+from arenarl_jax import sharding
+from arenarl_jax import pipeline
 from arenarl_jax.models import config as model_config
 from arenarl_jax.models import loading
 from arenarl_jax.models.safetensors_io import export_hf_dir, read_config
@@ -102,7 +103,7 @@ def test_smollm2_travel_loads_the_real_checkpoint_through_the_config(tmp_path):
 
 def test_smollm2_travel_smoke_pipeline(tmp_path, data_dir, capsys):
   config = smoke(smollm2_travel, data_dir)
-  train.pipeline(config, str(tmp_path))
+  pipeline.pipeline(config, str(tmp_path))
   result = result_of(capsys.readouterr().out)
   assert {"win_rate_vs_sft", "win_rate_vs_reference", "valid_rate_start"} <= set(result)
   assert result["test_tasks"] == 5
@@ -115,7 +116,7 @@ def test_smollm2_travel_smoke_pipeline(tmp_path, data_dir, capsys):
 def test_research_smoke_reports_valid_rate_before_and_after(tmp_path, data_dir, capsys):
   config = smoke(research_quickstart, data_dir)
   assert config.env.name == "research" and config.judge.rubric == "deep_research"
-  train.pipeline(config, str(tmp_path))
+  pipeline.pipeline(config, str(tmp_path))
   out = capsys.readouterr().out
   result = result_of(out)
   assert 0 <= result["valid_rate"] <= 1 and 0 <= result["valid_rate_start"] <= 1
@@ -194,13 +195,13 @@ def test_qwen3_pod_loading_path_reads_an_hf_dir_and_names_what_is_missing(tmp_pa
     policy_lib.make_policy(missing, str(tmp_path / "run2"))
   monkeypatch.delenv(qwen3_8b_pod.API_KEY_ENV, raising=False)
   with pytest.raises(Exception, match=qwen3_8b_pod.API_KEY_ENV):
-    train.make_training_judge(config, None)
+    pipeline.make_training_judge(config, None)
 
 
 def test_qwen3_pod_smoke_on_a_three_axis_mesh_then_rl_step_from_it(tmp_path, data_dir, capsys):
   config = smoke(qwen3_8b_pod, data_dir, mesh__data=2, mesh__fsdp=2, mesh__tensor=2)
   work = str(tmp_path / "run")
-  train.pipeline(config, work)
+  pipeline.pipeline(config, work)
   result = result_of(capsys.readouterr().out)
   assert result["test_tasks"] == 5 and "win_rate_vs_sft" in result
   check_run_outputs(work, 1)

@@ -10,11 +10,12 @@ import random
 import numpy as np
 import pytest
 
-from arenarl_jax import config_tree, evaluate
-from arenarl_jax import messages as msgs
+from arenarl_jax import config_tree
+from arenarl_jax.eval import compare as evaluate
+from arenarl_jax.text import messages as msgs
 from arenarl_jax.data import env_examples, records
 from arenarl_jax.envs import base
-from arenarl_jax.eval_report import generation_stats
+from arenarl_jax.eval.report import generation_stats
 from arenarl_jax.judges import make_judge, render
 from arenarl_jax.judges.synthetic import ScoreMatrixJudge
 from arenarl_jax.sampling.settings import SamplingSettings

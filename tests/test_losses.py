@@ -7,8 +7,8 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from arenarl_jax import losses
-from arenarl_jax.losses import LossConfig
+from arenarl_jax.rl import losses
+from arenarl_jax.rl.losses import LossConfig
 
 F = jnp.float32
 

@@ -7,12 +7,12 @@ import sys
 import numpy as np
 import pytest
 
-from arenarl_jax import demo
+from arenarl_jax import pipeline
 from arenarl_jax.models import config as model_config
 from arenarl_jax.models.embedded import find_smollm2_gguf
 from arenarl_jax.models.safetensors_io import export_hf_dir
 from arenarl_jax.models.transformer import make_model
-from arenarl_jax.tokenizer import Tokenizer
+from arenarl_jax.text.tokenizer import Tokenizer
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(ROOT, "configs"))
@@ -29,36 +29,9 @@ def tiny_dir(tmp_path_factory):
   return path
 
 
-def test_pipeline_runs_end_to_end(tiny_dir, tmp_path, capsys):
-  config = quickstart.get_config("group_size=4,topology=round_robin")
-  with config.unlocked():
-    config.model.source = tiny_dir
-    config.sampling.max_new_tokens = 8
-    config.sampling.cache_len = 512
-    config.rl.prompts_per_step = 2
-  metrics = demo.run(config, str(tmp_path))
-  rows = [json.loads(line) for line in open(tmp_path / "demo.jsonl")]
-  b, g = config.rl.prompts_per_step, config.sampling.group_size
-  assert len(rows) == b * g
-  for p in range(b):
-    adv = np.array([r["advantage"] for r in rows if r["prompt"] == p])
-    ranks = sorted(r["rank"] for r in rows if r["prompt"] == p)
-    assert abs(adv.sum()) < 1e-4 and ranks[0] == 1  # advantages are centred; someone is first
-  # Round robin: G(G-1)/2 matches per group, two judge requests each.
-  assert metrics["judge_requests"] == b * g * (g - 1)
-  assert capsys.readouterr().out.strip().splitlines()[-1].startswith("RESULT stage=demo ")
-
-
-def test_cli_refuses_a_mode_without_the_agent_pipeline(tmp_path):
-  proc = subprocess.run(
-      [sys.executable, "-m", "arenarl_jax.main", "--config=configs/quickstart.py",
-       f"--workdir={tmp_path}", "--mode=eval", "--config.rl.rollout=fake",
-       "--config.sft.steps=0"],
-      cwd=ROOT, capture_output=True, text=True, timeout=300, check=False)
-  assert proc.returncode != 0
-  assert "needs the agent pipeline" in proc.stderr
-  # The resolved config is written before anything runs, for reproducibility.
-  assert json.load(open(tmp_path / "config.json"))["tournament"]["topology"] == "single_elimination"
+def test_run_mode_rejects_an_unknown_mode(tmp_path):
+  with pytest.raises(ValueError, match="unknown mode 'demo'"):
+    pipeline.run_mode("demo", quickstart.get_config("smoke"), str(tmp_path))
 
 
 def test_cli_rejects_a_config_typo(tmp_path):

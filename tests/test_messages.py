@@ -6,8 +6,8 @@ import numpy as np
 import pytest
 from rollout_fakes import smollm2_tokenizer
 
-from arenarl_jax import chat_format
-from arenarl_jax import messages as msgs
+from arenarl_jax.text import chat_format
+from arenarl_jax.text import messages as msgs
 from arenarl_jax import types
 
 TOOLS = [{"name": "search_poi", "description": "Points of interest.",

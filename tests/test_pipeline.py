@@ -9,9 +9,12 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from arenarl_jax import losses, messages, policy as policy_lib, task_tokenizer
+from arenarl_jax.rl import losses
+from arenarl_jax.text import messages
+from arenarl_jax.sft import policy as policy_lib
+from arenarl_jax.text import task_tokenizer
 from arenarl_jax.envs import compact_schemas
-from arenarl_jax.rl_rollout import trajectory_stats
+from arenarl_jax.rl.experience import trajectory_stats
 from arenarl_jax.types import Trajectory
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))

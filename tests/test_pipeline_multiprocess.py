@@ -28,7 +28,9 @@ import jax
 import numpy as np
 import pytest
 
-from arenarl_jax import rl_rollout, tournament, train
+from arenarl_jax import tournament
+from arenarl_jax.rl import experience as rl_rollout
+from arenarl_jax import hosts
 from arenarl_jax.judges import rubric as rubric_lib
 from arenarl_jax.judges import rubric_judge
 from arenarl_jax.sampling.choose import choose_tokens
@@ -103,7 +105,7 @@ def test_share_start_finds_the_contiguous_slice():
 
 
 def test_host_stats_add_counts_take_extremes_and_average_means():
-  got = train.combine_host_stats([
+  got = hosts.combine_host_stats([
       {"judge/requests": 6.0, "reward/mean": 1.0, "time/judge_s": 0.5, "advantage/abs_max": 1.2,
        "rollout/tool_errors/timeout": 2.0},
       {"judge/requests": 4.0, "reward/mean": 3.0, "time/judge_s": 0.25,
@@ -111,7 +113,7 @@ def test_host_stats_add_counts_take_extremes_and_average_means():
   assert got == {"judge/requests": 10.0, "reward/mean": 2.0, "time/judge_s": 0.5,
                  "advantage/abs_max": 1.2, "rollout/tool_errors/timeout": 2.0}
   # Judge counters add up; the order-flip rate is the pooled one (3 / 8), not the hosts' mean.
-  got = train.combine_host_stats([
+  got = hosts.combine_host_stats([
       {"judge/cache_hits": 2.0, "judge/order_flips": 1.0, "judge/both_orders": 2.0,
        "judge/order_flip_rate": 0.5, "judge/calls": 3.0},
       {"judge/cache_hits": 1.0, "judge/order_flips": 2.0, "judge/both_orders": 6.0,

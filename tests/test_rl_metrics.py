@@ -7,7 +7,9 @@ import math
 import numpy as np
 import pytest
 
-from arenarl_jax import rl_rollout, rollout_log, tournament
+from arenarl_jax import tournament
+from arenarl_jax.rl import experience as rl_rollout
+from arenarl_jax.rollout import log as rollout_log
 from arenarl_jax.judges import stats as judge_stats_lib
 from arenarl_jax.judges.synthetic import ScoreMatrixJudge
 from arenarl_jax.tournament import diagnostics

@@ -7,12 +7,12 @@ import numpy as np
 import pytest
 from rollout_fakes import FakeToolSource, FaultInjecting, ScriptedSampler, smollm2_tokenizer
 
-from arenarl_jax import chat_format
-from arenarl_jax import messages as msgs
-from arenarl_jax import tool_calls as tc
+from arenarl_jax.text import chat_format
+from arenarl_jax.text import messages as msgs
+from arenarl_jax.text import tool_calls as tc
 from arenarl_jax.envs.base import Task
-from arenarl_jax.rollout import FINISH_REASONS, Rollout, RolloutSettings
-from arenarl_jax.sampler import SamplingSettings
+from arenarl_jax.rollout.agent_loop import FINISH_REASONS, Rollout, RolloutSettings
+from arenarl_jax.sampling.sampler import SamplingSettings
 
 IM_END = 2
 

@@ -5,11 +5,11 @@ import numpy as np
 import pytest
 from rollout_fakes import ScriptedSampler, smollm2_tokenizer
 
-from arenarl_jax import chat_format
-from arenarl_jax import messages as msgs
+from arenarl_jax.text import chat_format
+from arenarl_jax.text import messages as msgs
 from arenarl_jax.envs import base
-from arenarl_jax.rollout import FINISH_REASONS, Rollout, RolloutSettings
-from arenarl_jax.sampler import Sampler, SamplingSettings
+from arenarl_jax.rollout.agent_loop import FINISH_REASONS, Rollout, RolloutSettings
+from arenarl_jax.sampling.sampler import Sampler, SamplingSettings
 
 IM_END = 2
 

@@ -9,7 +9,7 @@ from arenarl_jax.models import kv_cache
 from arenarl_jax.models.config import PRESETS, ModelConfig
 from arenarl_jax.models.kv_cache import KVCache
 from arenarl_jax.models.transformer import make_model, set_attention
-from arenarl_jax.sampler import (PAD, Sampler, SamplingSettings, finish_reasons, sample,
+from arenarl_jax.sampling.sampler import (PAD, Sampler, SamplingSettings, finish_reasons, sample,
                                  token_lists)
 
 

@@ -11,7 +11,7 @@ import pytest
 from flax import nnx
 
 from arenarl_jax.models.config import ModelConfig
-from arenarl_jax.sampler import RowSettings, Sampler, SamplingSettings, token_lists
+from arenarl_jax.sampling.sampler import RowSettings, Sampler, SamplingSettings, token_lists
 from arenarl_jax.sampling import choose
 
 LOGITS_V = np.array([2.0, 1.5, 1.5, 0.3, -0.5, -2.0], np.float32)

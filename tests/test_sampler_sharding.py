@@ -7,7 +7,7 @@ from jax.sharding import PartitionSpec as P
 from arenarl_jax import sharding
 from arenarl_jax.models.config import PRESETS
 from arenarl_jax.models.transformer import make_model
-from arenarl_jax.sampler import Sampler, SamplingSettings
+from arenarl_jax.sampling.sampler import Sampler, SamplingSettings
 
 PROMPTS = [[5, 6, 7, 8, 9], [10, 11], [12, 13, 14], [15]]
 OBSERVATIONS = [[20 + i] * (i % 3) for i in range(16)]

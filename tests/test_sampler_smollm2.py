@@ -14,8 +14,8 @@ from flax import nnx
 from arenarl_jax.models.embedded import find_smollm2_gguf
 from arenarl_jax.models.loading import load_model
 from arenarl_jax.models.logprobs import token_logprobs
-from arenarl_jax.sampler import Sampler, SamplingSettings, token_lists
-from arenarl_jax.tokenizer import Tokenizer
+from arenarl_jax.sampling.sampler import Sampler, SamplingSettings, token_lists
+from arenarl_jax.text.tokenizer import Tokenizer
 
 QUESTIONS = [
     "What is the capital of France?",

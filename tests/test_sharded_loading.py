@@ -16,7 +16,7 @@ from arenarl_jax.models import loading, param_cache
 from arenarl_jax.models.config import PRESETS
 from arenarl_jax.models.safetensors_io import export_hf_dir
 from arenarl_jax.models.transformer import make_model
-from arenarl_jax.sampler import Sampler, SamplingSettings
+from arenarl_jax.sampling.sampler import Sampler, SamplingSettings
 
 # Untied head and q/k/v biases: every rule of sharding.DEFAULT_RULES has a parameter.
 TINY = dataclasses.replace(PRESETS["tiny"], family="qwen2", qkv_bias=True,

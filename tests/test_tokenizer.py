@@ -5,9 +5,9 @@ import gguf
 import numpy as np
 import pytest
 
-from arenarl_jax import chat_format as cf
+from arenarl_jax.text import chat_format as cf
 from arenarl_jax.models.embedded import find_smollm2_gguf
-from arenarl_jax.tokenizer import Tokenizer, gguf_cache_key
+from arenarl_jax.text.tokenizer import Tokenizer, gguf_cache_key
 from arenarl_jax.types import ToolCall
 
 TEXTS = [

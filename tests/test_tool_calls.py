@@ -1,9 +1,9 @@
 """Parser of generated assistant turns: exact outputs on well-formed and malformed turns."""
 import pytest
 
-from arenarl_jax import chat_format
-from arenarl_jax import tool_calls
-from arenarl_jax.tool_calls import ParsedTurn
+from arenarl_jax.text import chat_format
+from arenarl_jax.text import tool_calls
+from arenarl_jax.text.tool_calls import ParsedTurn
 from arenarl_jax.types import Step, ToolCall
 
 parse = tool_calls.parse_turn

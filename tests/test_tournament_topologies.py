@@ -4,7 +4,7 @@ import math
 import numpy as np
 import pytest
 
-from arenarl_jax import advantages
+from arenarl_jax.rl import advantages
 from arenarl_jax import tournament
 from arenarl_jax.judges.synthetic import NoisyJudge, ScoreMatrixJudge
 from arenarl_jax.tournament import single_elimination

@@ -13,7 +13,7 @@ import pytest
 
 import fake_run
 from arenarl_jax import metrics as metrics_lib
-from arenarl_jax import train
+from arenarl_jax.rl import loop as train
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 

@@ -7,11 +7,12 @@ import numpy as np
 import pytest
 from flax import nnx
 
-from arenarl_jax import batch as batch_lib
-from arenarl_jax import losses, sharding
+from arenarl_jax.rl import batch as batch_lib
+from arenarl_jax import sharding
+from arenarl_jax.rl import losses
 from arenarl_jax.models.config import ModelConfig
 from arenarl_jax.models.transformer import make_model
-from arenarl_jax.train_step import (Trainer, batch_logprobs, batch_loss, make_optimizer,
+from arenarl_jax.rl.train_step import (Trainer, batch_logprobs, batch_loss, make_optimizer,
                                     make_schedule)
 
 CFG = ModelConfig(vocab_size=61, d_model=16, n_layers=1, n_heads=2, n_kv_heads=1, head_dim=8,

@@ -4,7 +4,7 @@ import math
 import pytest
 
 from arenarl_jax.types import MatchResult
-from arenarl_jax.win_rate import win_rate
+from arenarl_jax.eval.tally import win_rate
 
 
 def test_failed_matches_are_left_out_and_counted():

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from typing import Any, Iterator, Sequence
 
-from arenarl_jax import messages as messages_lib
+from arenarl_jax.text import messages as messages_lib
 from arenarl_jax.data import records
 from arenarl_jax.envs import base
 

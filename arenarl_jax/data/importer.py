@@ -28,7 +28,7 @@ from typing import Any, Iterator, Mapping, Sequence
 
 from absl import logging
 
-from arenarl_jax import messages as messages_lib
+from arenarl_jax.text import messages as messages_lib
 from arenarl_jax.data import records
 
 KINDS = ("train", "test", "sft")

@@ -28,7 +28,7 @@ import grain
 import ml_collections
 import numpy as np
 
-from arenarl_jax import messages as messages_lib
+from arenarl_jax.text import messages as messages_lib
 from arenarl_jax.data import records
 
 

@@ -24,7 +24,7 @@ from typing import Any, Mapping, Sequence
 
 import numpy as np
 
-from arenarl_jax import messages as messages_lib
+from arenarl_jax.text import messages as messages_lib
 
 FIELDS = ("task_id", "env", "subtask", "query", "messages", "reference")
 TRAIN, SFT, TEST_PREFIX = "train", "sft", "test_"

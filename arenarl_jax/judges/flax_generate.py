@@ -13,7 +13,7 @@ import time
 import jax
 import numpy as np
 
-from arenarl_jax import sampler as sampler_lib
+from arenarl_jax.sampling import sampler as sampler_lib
 from arenarl_jax.judges import flax_constrained
 from arenarl_jax.judges import verdict as verdict_lib
 

@@ -52,7 +52,7 @@ import numpy as np
 from flax import nnx
 from jax.sharding import Mesh
 
-from arenarl_jax import chat_format
+from arenarl_jax.text import chat_format
 from arenarl_jax import sharding
 from arenarl_jax.judges import flax_programs
 from arenarl_jax.judges import flax_reads

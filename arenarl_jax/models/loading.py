@@ -116,6 +116,6 @@ def init_sharded_model(cfg: ModelConfig, mesh: Mesh, seed: int = 0) -> Transform
 
 def load_tokenizer(source: str):
   """The tokenizer that goes with ``source`` (same sources as load_model)."""
-  from arenarl_jax.tokenizer import Tokenizer  # pylint: disable=g-import-not-at-top
+  from arenarl_jax.text.tokenizer import Tokenizer  # pylint: disable=g-import-not-at-top
   kind, path = resolve_source(source)
   return Tokenizer.from_gguf(path) if kind == "gguf" else Tokenizer.from_hf_dir(path)

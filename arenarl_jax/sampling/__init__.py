@@ -1,1 +1,1 @@
-"""Internals of the group sampler; the public API is arenarl_jax.sampler."""
+"""Internals of the group sampler; the public API is arenarl_jax.sampling.sampler."""

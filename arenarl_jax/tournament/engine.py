@@ -6,7 +6,7 @@ from typing import Sequence
 
 import numpy as np
 
-from arenarl_jax import advantages
+from arenarl_jax.rl import advantages
 from arenarl_jax.tournament import registry
 from arenarl_jax.tournament import topology as topology_lib
 from arenarl_jax.types import GroupResult, Judge, Match, MatchResult, Trajectory

@@ -8,7 +8,7 @@ import sys
 import pytest
 
 import data_fakes
-from arenarl_jax import messages as messages_lib
+from arenarl_jax.text import messages as messages_lib
 from arenarl_jax.data import builder, env_examples, records
 
 HERE = os.path.dirname(os.path.abspath(__file__))

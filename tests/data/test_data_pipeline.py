@@ -8,9 +8,10 @@ import numpy as np
 import pytest
 
 import data_fakes
-from arenarl_jax import chat_format, config_tree
-from arenarl_jax import messages as messages_lib
-from arenarl_jax import tokenizer as tokenizer_lib
+from arenarl_jax import config_tree
+from arenarl_jax.text import chat_format
+from arenarl_jax.text import messages as messages_lib
+from arenarl_jax.text import tokenizer as tokenizer_lib
 from arenarl_jax.data import builder, pipeline, records
 from arenarl_jax.models.embedded import find_smollm2_gguf
 

@@ -8,7 +8,7 @@ import re
 import numpy as np
 import pytest
 
-from arenarl_jax import messages
+from arenarl_jax.text import messages
 from arenarl_jax import tournament
 from arenarl_jax import types
 from arenarl_jax.envs import base

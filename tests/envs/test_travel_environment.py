@@ -9,7 +9,7 @@ import sys
 
 import pytest
 
-from arenarl_jax import messages
+from arenarl_jax.text import messages
 from arenarl_jax.envs import base
 from arenarl_jax.envs.travel import tasks as tasks_lib
 

@@ -16,7 +16,7 @@ from arenarl_jax.judges import verdict as verdict_lib
 from arenarl_jax.models import config as config_lib
 from arenarl_jax.models.embedded import find_smollm2_gguf
 from arenarl_jax.models.transformer import Transformer, make_model
-from arenarl_jax.tokenizer import Tokenizer
+from arenarl_jax.text.tokenizer import Tokenizer
 from arenarl_jax.types import Match
 import judge_fakes
 from judge_fakes import traj

@@ -20,7 +20,7 @@ from arenarl_jax.models.cpu import build as cpu_build
 from arenarl_jax.models.cpu import kernel as cpu_kernel
 from arenarl_jax.models.embedded import find_smollm2_gguf
 from arenarl_jax.models.transformer import Transformer, make_model
-from arenarl_jax.tokenizer import Tokenizer
+from arenarl_jax.text.tokenizer import Tokenizer
 from arenarl_jax.types import Match, Step, Trajectory
 import judge_fakes
 from judge_fakes import traj

@@ -12,7 +12,7 @@ from arenarl_jax.judges import flax_judge
 from arenarl_jax.models.config import PRESETS
 from arenarl_jax.models.embedded import find_smollm2_gguf
 from arenarl_jax.models.transformer import make_model
-from arenarl_jax.tokenizer import Tokenizer
+from arenarl_jax.text.tokenizer import Tokenizer
 from judge_fakes import matches
 
 SMALL = flax_judge.FlaxJudgeConfig(max_rows=2, max_user_tokens=512)

@@ -10,7 +10,7 @@ from arenarl_jax.models import config as config_lib
 from arenarl_jax.models.cpu import kernel as cpu_kernel
 from arenarl_jax.models.embedded import find_smollm2_gguf
 from arenarl_jax.models.transformer import make_model
-from arenarl_jax.tokenizer import Tokenizer
+from arenarl_jax.text.tokenizer import Tokenizer
 from arenarl_jax.types import Match, Step, ToolCall, Trajectory
 
 

@@ -9,12 +9,12 @@ import numpy as np
 import pytest
 from flax import nnx
 
-from arenarl_jax import losses
+from arenarl_jax.rl import losses
 from arenarl_jax.models import loss_head
 from arenarl_jax.models.config import ModelConfig
 from arenarl_jax.models.logprobs import token_logprobs
 from arenarl_jax.models.transformer import Transformer, make_model
-from arenarl_jax.train_step import batch_logprobs, batch_loss, sft_batch_loss
+from arenarl_jax.rl.train_step import batch_logprobs, batch_loss, sft_batch_loss
 
 V = 61  # a vocabulary size no other dimension has (the logits' products are found by it)
 N, T = 4, 12

@@ -6,12 +6,13 @@ import numpy as np
 import pytest
 from flax import nnx
 
-from arenarl_jax import losses, sharding
+from arenarl_jax import sharding
+from arenarl_jax.rl import losses
 from arenarl_jax.models import remat
 from arenarl_jax.models.config import ModelConfig
 from arenarl_jax.models.logprobs import token_logprobs
 from arenarl_jax.models.transformer import Transformer, make_model, set_remat
-from arenarl_jax.train_step import Trainer, make_optimizer
+from arenarl_jax.rl.train_step import Trainer, make_optimizer
 
 CFG = ModelConfig(vocab_size=97, d_model=32, n_layers=2, n_heads=4, n_kv_heads=2, head_dim=8,
                   ffn_dim=64, tie_embeddings=True)

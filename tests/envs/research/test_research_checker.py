@@ -7,7 +7,7 @@ import json
 import numpy as np
 import pytest
 
-from arenarl_jax import messages as messages_lib
+from arenarl_jax.text import messages as messages_lib
 from arenarl_jax import types
 from arenarl_jax.envs.research import checker, expert, tasks
 from arenarl_jax.judges import rubric as rubric_lib

@@ -51,13 +51,13 @@ from typing import Any, Callable, Sequence
 import numpy as np
 from scipy import stats as scipy_stats
 
-from arenarl_jax import eval_report
-from arenarl_jax import messages as messages_lib
+from arenarl_jax.eval import report as eval_report
+from arenarl_jax.text import messages as messages_lib
 from arenarl_jax import types
-from arenarl_jax import win_rate as win_rate_lib
+from arenarl_jax.eval import tally as win_rate_lib
 from arenarl_jax.data import records
 from arenarl_jax.envs import base
-from arenarl_jax.eval_report import EvalReport, subtask_of, write_jsonl  # noqa: F401 (re-exported)
+from arenarl_jax.eval.report import EvalReport, subtask_of, write_jsonl  # noqa: F401 (re-exported)
 
 INTERVALS = ("bootstrap", "t")
 STRIP_MODES = ("auto", "always", "never")

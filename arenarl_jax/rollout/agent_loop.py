@@ -38,11 +38,11 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from arenarl_jax import messages as msgs
-from arenarl_jax import tool_calls as tc
+from arenarl_jax.text import messages as msgs
+from arenarl_jax.text import tool_calls as tc
 from arenarl_jax import types
 from arenarl_jax.envs import base
-from arenarl_jax.sampler import SamplingSettings, finish_reasons, token_lists
+from arenarl_jax.sampling.sampler import SamplingSettings, finish_reasons, token_lists
 from arenarl_jax.sampling.buckets import bucket_length
 
 FINISH_REASONS = ("answer", "length", "max_turns", "invalid", "error")
@@ -140,7 +140,7 @@ async def _run_calls(source: base.ToolSource, calls: Sequence[types.ToolCall], t
 
 
 class Rollout:
-  """The rollout driver over a sampler (``arenarl_jax.sampler.Sampler`` or anything with its
+  """The rollout driver over a sampler (``arenarl_jax.sampling.sampler.Sampler`` or anything with its
   ``prefill``/``decode``/``extend`` and ``cache_len``) and a tokenizer."""
 
   def __init__(self, sampler, tokenizer, settings: RolloutSettings, sampling: SamplingSettings):

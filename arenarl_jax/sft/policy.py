@@ -26,7 +26,7 @@ from flax import nnx
 
 from arenarl_jax.models import config as model_config
 from arenarl_jax.models.transformer import Transformer, make_model
-from arenarl_jax.tokenizer import Tokenizer
+from arenarl_jax.text.tokenizer import Tokenizer
 
 TOKENIZER_DIR = "tokenizer"
 TOKENIZERS = ("task_bpe", "smollm2")
@@ -50,7 +50,7 @@ def make_tokenizer(config: ml_collections.ConfigDict, env: Any = None) -> Tokeni
     if env is None:
       raise ValueError("model.init.tokenizer='task_bpe' is trained on the environment's text: "
                        "pass the environment")
-    from arenarl_jax import task_tokenizer  # pylint: disable=import-outside-toplevel
+    from arenarl_jax.text import task_tokenizer  # pylint: disable=import-outside-toplevel
     from arenarl_jax.envs import compact_schemas  # pylint: disable=import-outside-toplevel
     tools = compact_schemas.tool_source(env, config.env.schemas).tools()
     return task_tokenizer.make_task_tokenizer(env, int(init.vocab_size), int(init.corpus_tasks),

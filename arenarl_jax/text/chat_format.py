@@ -30,7 +30,7 @@ from __future__ import annotations
 import json
 from typing import Any, Mapping, Sequence
 
-from arenarl_jax import tool_calls as tc
+from arenarl_jax.text import tool_calls as tc
 from arenarl_jax import types
 
 IM_START, IM_END = "<|im_start|>", "<|im_end|>"

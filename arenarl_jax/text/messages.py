@@ -21,7 +21,8 @@ from __future__ import annotations
 import json
 from typing import Any, Callable, Mapping, Sequence
 
-from arenarl_jax import chat_format, types
+from arenarl_jax import types
+from arenarl_jax.text import chat_format
 
 ROLES = ("system", "user", "assistant", "tool")
 # What the SFT pipeline calls to render a conversation: (messages, tokenizer, tools) -> (ids, mask).

@@ -22,11 +22,12 @@ import numpy as np
 from flax import nnx
 
 from arenarl_jax import checkpoint as ckpt_lib
-from arenarl_jax import losses, metrics as metrics_lib, sharding
+from arenarl_jax import metrics as metrics_lib, sharding
+from arenarl_jax.rl import losses
 from arenarl_jax.data import builder, pipeline
 from arenarl_jax.envs import compact_schemas
-from arenarl_jax.policy import Policy
-from arenarl_jax.train_step import Trainer, make_optimizer
+from arenarl_jax.sft.policy import Policy
+from arenarl_jax.rl.train_step import Trainer, make_optimizer
 
 SFT_DIR = "sft"
 
@@ -129,14 +130,3 @@ def restore_params(config: ml_collections.ConfigDict, workdir: str, policy: Poli
   finally:
     checkpointer.close()
   return state.params
-
-
-def main(config: ml_collections.ConfigDict, workdir: str):
-  """``--mode=sft``: the SFT stage alone (its checkpoint is what ``--mode=pipeline`` reuses)."""
-  from arenarl_jax import policy as policy_lib  # pylint: disable=import-outside-toplevel
-  from arenarl_jax.envs import base  # pylint: disable=import-outside-toplevel
-  env = base.make_environment_from_config(config.env)
-  pol = policy_lib.make_policy(config, workdir, env)
-  _, last = run(config, workdir, pol, env)
-  if jax.process_index() == 0:
-    print(f"RESULT stage=sft steps={int(config.sft.steps)} loss={last.get('loss', float('nan')):.4f}")

@@ -24,8 +24,8 @@ from typing import Any, Iterable, Iterator, Sequence
 import tokenizers
 from tokenizers import decoders, models, pre_tokenizers, trainers
 
-from arenarl_jax import chat_format
-from arenarl_jax.tokenizer import Tokenizer
+from arenarl_jax.text import chat_format
+from arenarl_jax.text.tokenizer import Tokenizer
 
 SPECIAL = ("<|endoftext|>", chat_format.IM_START, chat_format.IM_END)
 TAGS = ("<tool_call>", "</tool_call>", "<tool_response>", "</tool_response>", "<think>",
@@ -44,7 +44,7 @@ def corpus(env: Any, *, sft_tasks: int = 300, queries: int = 2000,
     convo = env.expert(task, 0.0, records.task_rng(env.seed, task.id))
     convo = records.with_prompt([{"role": "user", "content": task.query}],
                                 records.canonical_messages(convo))
-    from arenarl_jax import messages as messages_lib  # pylint: disable=import-outside-toplevel
+    from arenarl_jax.text import messages as messages_lib  # pylint: disable=import-outside-toplevel
     yield chat_format.render_messages(messages_lib.to_chat(convo), default_system=None)
   for task in env.tasks(records.TRAIN)[:queries]:
     yield task.query

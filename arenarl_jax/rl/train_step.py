@@ -28,7 +28,8 @@ import optax
 from flax import nnx
 from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 
-from arenarl_jax import losses, sharding
+from arenarl_jax import sharding
+from arenarl_jax.rl import losses
 from arenarl_jax.models import loss_head, remat as remat_lib
 from arenarl_jax.models.cpu import compile_options
 from arenarl_jax.models.logprobs import token_logprobs

@@ -18,10 +18,10 @@ from typing import TYPE_CHECKING, Any, Mapping, Sequence
 import numpy as np
 
 from arenarl_jax import types
-from arenarl_jax.rollout import FINISH_REASONS
+from arenarl_jax.rollout.agent_loop import FINISH_REASONS
 
 if TYPE_CHECKING:
-  from arenarl_jax.evaluate import Comparison
+  from arenarl_jax.eval.compare import Comparison
 
 OVERALL = "overall"
 

@@ -41,14 +41,14 @@ from jax.sharding import NamedSharding, PartitionSpec
 import numpy as np
 from flax import nnx
 
-from arenarl_jax import advantages as adv_lib
-from arenarl_jax import rollout_log
-from arenarl_jax import evaluate as evaluate_lib
+from arenarl_jax.rl import advantages as adv_lib
+from arenarl_jax.rollout import log as rollout_log
+from arenarl_jax.eval import compare as evaluate_lib
 from arenarl_jax import tournament
 from arenarl_jax.data import records
 from arenarl_jax.envs import base, compact_schemas
-from arenarl_jax.rollout import Rollout, RolloutSettings
-from arenarl_jax.sampler import Sampler, SamplingSettings
+from arenarl_jax.rollout.agent_loop import Rollout, RolloutSettings
+from arenarl_jax.sampling.sampler import Sampler, SamplingSettings
 from arenarl_jax.tournament import diagnostics
 
 # Judge counters whose per-step change is reported (judges/stats.py COUNTERS).

@@ -9,7 +9,7 @@ from typing import Any, Sequence
 import jax
 import numpy as np
 
-from arenarl_jax import eval_report
+from arenarl_jax.eval import report as eval_report
 from arenarl_jax import tournament
 from arenarl_jax.tournament import diagnostics
 

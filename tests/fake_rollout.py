@@ -10,7 +10,7 @@ from typing import Any, Mapping, Sequence
 
 import numpy as np
 
-from arenarl_jax import advantages as adv_lib
+from arenarl_jax.rl import advantages as adv_lib
 from arenarl_jax.types import Trajectory
 
 
