@@ -16,6 +16,12 @@ from typing import Any, Mapping, Protocol, Sequence, runtime_checkable
 import numpy as np
 
 
+# How a trajectory ended (``Trajectory.finish_reason``): a final answer, the token budget, the
+# turn limit, an unparseable turn, or a failure outside the policy. Not a turn's stop reason
+# (sampling/settings.py TURN_STOP_REASONS).
+TRAJECTORY_FINISH_REASONS = ("answer", "length", "max_turns", "invalid", "error")
+
+
 @dataclasses.dataclass(frozen=True)
 class ToolCall:
   """One tool call the policy asked for: a name and its parsed JSON arguments."""

@@ -18,7 +18,8 @@ from flax import nnx
 from arenarl_jax.envs import base
 from arenarl_jax.envs.inprocess import check_arguments
 from arenarl_jax.models.loading import load_tokenizer
-from arenarl_jax.sampling.sampler import FINISH_REASONS, PAD, SampleOutput
+from arenarl_jax.sampling.sampler import PAD, SampleOutput
+from arenarl_jax.sampling.settings import TURN_STOP_REASONS
 
 
 @functools.lru_cache(maxsize=None)
@@ -162,7 +163,7 @@ class ScriptedSampler:
         ids, reason = ids[:cap], "length"
       lp = (-self.rng.random(len(ids)) * 3).astype(np.float32)
       toks[r, :len(ids)], logp[r, :len(ids)], lengths[r] = ids, lp, len(ids)
-      finish[r] = FINISH_REASONS.index(reason)
+      finish[r] = TURN_STOP_REASONS.index(reason)
       state.seen[r] += ids
       state.sampled[r] += [True] * len(ids)
       state.logp[r] += lp.tolist()

@@ -11,8 +11,9 @@ from arenarl_jax.text import chat_format
 from arenarl_jax.text import messages as msgs
 from arenarl_jax.text import tool_calls as tc
 from arenarl_jax.envs.base import Task
-from arenarl_jax.rollout.agent_loop import FINISH_REASONS, Rollout, RolloutSettings
+from arenarl_jax.rollout.agent_loop import Rollout, RolloutSettings
 from arenarl_jax.sampling.sampler import SamplingSettings
+from arenarl_jax.types import TRAJECTORY_FINISH_REASONS
 
 IM_END = 2
 
@@ -117,7 +118,8 @@ def test_property_no_prompt_or_observation_token_is_ever_unmasked(tok, seed):
   rows = [t for g in batch.trajectories for t in g]
   for r, traj in enumerate(rows):
     check_stream(traj, state, r, rollout.budget)
-    assert traj.finish_reason in FINISH_REASONS and traj.finish_reason != "error", traj.metadata
+    assert traj.finish_reason in TRAJECTORY_FINISH_REASONS, traj.metadata
+    assert traj.finish_reason != "error", traj.metadata
     assert traj.metadata["greedy"] == (r % 4 == 0)
     assert traj.metadata["task_id"] == f"fake/t/{r // 4:03d}"
     assert len(traj.metadata["turn_stop_reasons"]) == len(traj.steps)
@@ -191,7 +193,7 @@ def test_failures_timeouts_hangs_and_faults_become_error_observations(tok):
   assert set(source.injected) == {"raise", "hang", "garbage", "error"}, source.injected
   for r, traj in enumerate(t for g in batch.trajectories for t in g):
     check_stream(traj, state, r, rollout.budget)
-    assert traj.finish_reason in FINISH_REASONS and traj.finish_reason != "error"
+    assert traj.finish_reason in TRAJECTORY_FINISH_REASONS and traj.finish_reason != "error"
 
 
 def test_last_turns_calls_are_answered_then_forced_into_a_final_answer(tok):

@@ -8,8 +8,9 @@ from rollout_fakes import ScriptedSampler, smollm2_tokenizer
 from arenarl_jax.text import chat_format
 from arenarl_jax.text import messages as msgs
 from arenarl_jax.envs import base
-from arenarl_jax.rollout.agent_loop import FINISH_REASONS, Rollout, RolloutSettings
+from arenarl_jax.rollout.agent_loop import Rollout, RolloutSettings
 from arenarl_jax.sampling.sampler import Sampler, SamplingSettings
+from arenarl_jax.types import TRAJECTORY_FINISH_REASONS
 
 IM_END = 2
 
@@ -68,7 +69,7 @@ def test_smollm2_rolls_out_on_the_travel_tools(env, tok):
   for task, group in zip(tasks, batch.trajectories):
     assert len(group) == 4 and group[0].metadata["greedy"]
     for traj in group:
-      assert traj.finish_reason in FINISH_REASONS
+      assert traj.finish_reason in TRAJECTORY_FINISH_REASONS
       n = traj.metadata["prompt_len"]
       assert not traj.loss_mask[:n].any() and traj.loss_mask.sum() > 0
       assert np.all(traj.logprobs[traj.loss_mask == 0] == 0)

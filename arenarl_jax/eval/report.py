@@ -18,7 +18,6 @@ from typing import TYPE_CHECKING, Any, Mapping, Sequence
 import numpy as np
 
 from arenarl_jax import types
-from arenarl_jax.rollout.agent_loop import FINISH_REASONS
 
 if TYPE_CHECKING:
   from arenarl_jax.eval.compare import Comparison
@@ -57,7 +56,7 @@ def generation_stats(trajectories: Sequence[types.Trajectory],
   (``without_tool_log`` says how many).
   """
   n = len(trajectories)
-  finish = collections.Counter({f: 0 for f in FINISH_REASONS})
+  finish = collections.Counter({f: 0 for f in types.TRAJECTORY_FINISH_REASONS})
   stops: collections.Counter = collections.Counter()
   errors: collections.Counter = collections.Counter()
   calls = no_log = 0

@@ -45,7 +45,6 @@ from arenarl_jax.envs import base
 from arenarl_jax.sampling.sampler import SamplingSettings, finish_reasons, token_lists
 from arenarl_jax.sampling.buckets import bucket_length
 
-FINISH_REASONS = ("answer", "length", "max_turns", "invalid", "error")
 FINAL_NOTE = ("You have used all your tool calls. Answer the user now with what you know, "
               "without calling any tool.")
 TRUNCATED_NOTE = "\n...[truncated]"
@@ -366,7 +365,7 @@ def _summary(stats: dict[str, Any], rows: Sequence[_Row], temperature: float) ->
   """Batch stats: finish counts, the valid-generation rate (share of rows that answered), token
   counts and phase times (device_s: prefill, decode and extend calls, compiles included; tool_s:
   the tool phases; host_s: the rest of the wall time, the driver's own bookkeeping)."""
-  finish = {f: sum(r.finish == f for r in rows) for f in FINISH_REASONS}
+  finish = {f: sum(r.finish == f for r in rows) for f in types.TRAJECTORY_FINISH_REASONS}
   sampled = sum(sum(r.mask) for r in rows)
   device_s = stats["prefill_s"] + sum(stats["decode_s"]) + sum(stats["extend_s"])
   tool_s = sum(stats["tool_phase_s"])

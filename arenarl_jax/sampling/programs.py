@@ -49,7 +49,7 @@ class SampleOutput:
   tokens_NT: jax.Array
   logp_NT: jax.Array
   lengths_N: jax.Array
-  finish_N: jax.Array  # index into settings.FINISH_REASONS
+  finish_N: jax.Array  # index into settings.TURN_STOP_REASONS
 
 
 def _on_rows(tree, mesh: Mesh | None):

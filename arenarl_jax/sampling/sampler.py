@@ -28,9 +28,9 @@ from arenarl_jax.sampling import programs
 from arenarl_jax.sampling.buckets import (bucket_length, cache_size_ladder, pad_rows,
                                           power_of_two_buckets)
 from arenarl_jax.sampling.programs import PAD, SampleOutput, SamplerState
-from arenarl_jax.sampling.settings import FINISH_REASONS, RowSettings, SamplingSettings
+from arenarl_jax.sampling.settings import TURN_STOP_REASONS, RowSettings, SamplingSettings
 
-__all__ = ["FINISH_REASONS", "PAD", "RowSettings", "SampleOutput", "Sampler", "SamplerState",
+__all__ = ["PAD", "RowSettings", "SampleOutput", "Sampler", "SamplerState",
            "SamplingSettings", "finish_reasons", "sample", "token_lists"]
 
 
@@ -211,4 +211,4 @@ def token_lists(out: SampleOutput) -> list[list[int]]:
 
 def finish_reasons(out: SampleOutput) -> list[str]:
   """Per row: "eos", "stop", "length", or "none" (the row was done before this turn)."""
-  return [FINISH_REASONS[int(f)] for f in jax.device_get(out.finish_N)]
+  return [TURN_STOP_REASONS[int(f)] for f in jax.device_get(out.finish_N)]

@@ -7,9 +7,10 @@ import flax.struct
 import jax
 import numpy as np
 
-# Finish reasons, as stored per row in device arrays (index into FINISH_REASONS).
+# Why a row's turn stopped, as stored per row in device arrays (index into TURN_STOP_REASONS).
+# Not how a trajectory ended (types.TRAJECTORY_FINISH_REASONS).
 NONE, EOS, STOP, LENGTH = 0, 1, 2, 3
-FINISH_REASONS = ("none", "eos", "stop", "length")
+TURN_STOP_REASONS = ("none", "eos", "stop", "length")
 
 
 @dataclasses.dataclass(frozen=True)
