@@ -55,6 +55,7 @@ from arenarl_jax.eval import report as eval_report
 from arenarl_jax.text import messages as messages_lib
 from arenarl_jax import types
 from arenarl_jax.eval import tally as win_rate_lib
+from arenarl_jax.eval.tally import WinRate
 from arenarl_jax.data import records
 from arenarl_jax.envs import base
 from arenarl_jax.eval.report import EvalReport, subtask_of, write_jsonl  # noqa: F401 (re-exported)
@@ -116,20 +117,6 @@ class EvalSettings:
 
 # ------------------------------------------------------------------------------------ win rates
 @dataclasses.dataclass(frozen=True)
-class WinRate(win_rate_lib.WinRate):
-  """Win rate over the judged matches (``rate``; failed matches counted apart, never ties) with
-  its 95% interval."""
-
-  tasks: int  # tasks with at least one match (judged or failed)
-  low: float
-  high: float
-  method: str
-
-  def to_dict(self) -> dict[str, Any]:
-    return {**dataclasses.asdict(self), "rate": self.rate, "judged": self.judged}
-
-
-@dataclasses.dataclass(frozen=True)
 class Comparison:
   """The policy against one opponent: match k is policy trajectory k (as P) vs its opponent."""
 
@@ -185,8 +172,8 @@ def interval(scores: Sequence[float | None], task_ids: Sequence[str], *, method:
 def _rate(scores: Sequence[float | None], task_ids: Sequence[str], method: str, samples: int,
           seed: int) -> WinRate:
   low, high = interval(scores, task_ids, method=method, samples=samples, seed=seed)
-  counts = dataclasses.asdict(win_rate_lib.count(scores))
-  return WinRate(**counts, tasks=len(set(task_ids)), low=low, high=high, method=method)
+  return dataclasses.replace(win_rate_lib.count(scores), tasks=len(set(task_ids)), low=low,
+                             high=high, method=method)
 
 
 def lacks_tool_results(trajectory: types.Trajectory) -> bool:

@@ -2,7 +2,8 @@
 from __future__ import annotations
 
 import dataclasses
-from typing import Sequence
+import math
+from typing import Any, Sequence
 
 from arenarl_jax.types import MatchResult
 
@@ -11,12 +12,19 @@ TOLERANCE = 1e-6  # the tournament's tie tolerance on bidirectional sums
 
 @dataclasses.dataclass(frozen=True)
 class WinRate:
-  """``rate`` = (wins + ties / 2) / judged over the matches that did not fail (NaN if none)."""
+  """``rate`` = (wins + ties / 2) / judged over the matches that did not fail (NaN if none).
+
+  The evaluation adds the rate's 95% interval (``eval.compare``); a bare tally has none (NaN).
+  """
 
   wins: int
   ties: int
   losses: int
   failed: int  # matches left out of the rate (ok=False)
+  tasks: int = 0  # tasks with at least one match (judged or failed); 0 = not counted
+  low: float = math.nan  # the 95% interval of ``rate``
+  high: float = math.nan
+  method: str = ""  # how the interval was drawn (eval.interval); "" = no interval
 
   @property
   def judged(self) -> int:
@@ -30,6 +38,9 @@ class WinRate:
   def failure_rate(self) -> float:
     total = self.judged + self.failed
     return self.failed / total if total else float("nan")
+
+  def to_dict(self) -> dict[str, Any]:
+    return {**dataclasses.asdict(self), "rate": self.rate, "judged": self.judged}
 
 
 def _check_side(side: str) -> None:
