@@ -19,6 +19,7 @@ from arenarl_jax import curves, hosts, sharding
 from arenarl_jax.data import builder
 from arenarl_jax.envs import base
 from arenarl_jax.eval import run as eval_lib
+from arenarl_jax.eval.compare import EvalSettings
 from arenarl_jax.judges import make_judge
 from arenarl_jax.models.safetensors_io import export_hf_dir
 from arenarl_jax.rl import experience
@@ -57,9 +58,10 @@ def rl_params(config, workdir: str, model):
 
 
 def make_training_judge(config, env):
-  """``judge.*``'s judge; the rubric backend reads the environment's checker."""
+  """``judge.*``'s judge on the environment's rubric (``judge.rubric=""``, or checked against it);
+  the rubric backend reads the environment's checker."""
   extra = {"checker": env.checker} if config.judge.backend == "rubric" else {}
-  return make_judge(config.judge, **extra)
+  return make_judge(config.judge, env_rubric=env.rubric, **extra)
 
 
 def pipeline(config: ml_collections.ConfigDict, workdir: str,
@@ -68,7 +70,7 @@ def pipeline(config: ml_collections.ConfigDict, workdir: str,
 
   ``stages`` picks what runs (``--mode=sft|train|eval`` run one): a stage that is not run reads
   its result from ``workdir`` (the SFT checkpoint, the newest RL checkpoint). Evaluations (the
-  noise-free checker, ``evaluator.py``) run at RL step 0, every ``eval.every_steps`` and at the
+  noise-free checker, ``eval/run.py``) run at RL step 0, every ``eval.every_steps`` and at the
   end; the final one is printed as a table and a ``RESULT`` line and returned.
   """
   unknown = set(stages) - set(STAGES)
@@ -113,9 +115,10 @@ def pipeline(config: ml_collections.ConfigDict, workdir: str,
     t0 = time.perf_counter()
     tasks = experience.tasks_from_records(builder.data_source(data_path, "train"))
     truth = eval_lib.checker_judge(env) if config.judge.backend == "rubric" else None
-    rollout = experience.AgentRollout(config, env, policy, tasks,
-                                      make_training_judge(config, env), truth=truth,
-                                      workdir=workdir)
+    eval_settings = EvalSettings.from_config(config.eval)
+    source = experience.Experience(
+        config, env, policy, tasks, make_training_judge(config, env), truth=truth,
+        workdir=workdir, log_due=lambda step: eval_settings.is_due(step, int(config.rl.steps)))
 
     def on_step(step, state, writer):
       every = int(config.eval.every_steps)
@@ -123,7 +126,7 @@ def pipeline(config: ml_collections.ConfigDict, workdir: str,
         rep = evaluator.evaluate(state.params, step, second=sft_rows)
         writer.write(step, rep.scalars())
 
-    state = loop.run(config, workdir, rollout, model=policy.model, on_step=on_step)
+    state = loop.run(config, workdir, source, model=policy.model, on_step=on_step)
     final_params, final_step = state.params, int(config.rl.steps)
     times["rl_s"] = time.perf_counter() - t0
   else:

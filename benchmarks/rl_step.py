@@ -4,7 +4,7 @@
   .venv/bin/python benchmarks/rl_step.py --from_workdir=runs/quickstart   # its trained policy
   .venv/bin/python benchmarks/rl_step.py --arg=smoke      # seconds: the smoke config
 
-Runs ``train.run`` with the agent rollout (``rl_rollout.AgentRollout``: sampler on the current
+Runs ``train.run`` with the agent rollout (``rl/experience.Experience``: sampler on the current
 parameters, travel tools, the noisy rubric judge, seeded single elimination) for ``--steps`` RL
 steps and reports the LAST step (the first one compiles). The policy is freshly initialised by
 default (the step's shape; a random policy calls no tools, so its rollouts are not typical);
@@ -69,7 +69,7 @@ def main(argv=None):
   args = parser.parse_args(argv)
   import quickstart  # pylint: disable=import-outside-toplevel
   from arenarl_jax.eval import run as evaluator
-  from arenarl_jax.rl import experience as rl_rollout
+  from arenarl_jax.rl import experience
   from arenarl_jax.sft import stage as sft
   from arenarl_jax import pipeline
   from arenarl_jax.rl import loop
@@ -86,8 +86,8 @@ def main(argv=None):
   workdir = tempfile.mkdtemp(prefix="rl_step_")
   env = base.make_environment_from_config(config.env)
   policy, source = start_policy(config, workdir, env, args.from_workdir)
-  tasks = rl_rollout.tasks_from_records(builder.data_source(sft.dataset_path(config), "train"))
-  rollout = rl_rollout.AgentRollout(config, env, policy, tasks,
+  tasks = experience.tasks_from_records(builder.data_source(sft.dataset_path(config), "train"))
+  rollout = experience.Experience(config, env, policy, tasks,
                                     pipeline.make_training_judge(config, env),
                                     truth=evaluator.checker_judge(env))
   loop.run(config, workdir, rollout, model=policy.model)

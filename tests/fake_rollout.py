@@ -10,7 +10,7 @@ from typing import Any, Mapping, Sequence
 
 import numpy as np
 
-from arenarl_jax.rl import advantages as adv_lib
+from arenarl_jax.tournament import rewards
 from arenarl_jax.types import Trajectory
 
 
@@ -69,7 +69,7 @@ class FakeRollout:
         self._cache[cache_key] = quality
       scores = np.asarray(self._cache[cache_key]) + noise[list(all_prompt_ids).index(p)]
       trajectories += group
-      adv.append(adv_lib.standardize(scores))
+      adv.append(rewards.standardize(scores))
     stats = {"rollout/judge_cache_hits": hits, "rollout/judge_cache_size": len(self._cache),
              "rollout/mean_new_tokens": float(np.mean([t.loss_mask.sum() for t in trajectories]))}
     return trajectories, np.concatenate(adv).astype(np.float32), stats

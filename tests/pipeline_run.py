@@ -48,13 +48,13 @@ def main(argv):
   parser.add_argument("--set", action="append", default=[])
   args = parser.parse_args(argv)
   config = make_config(args.data_dir, args.procs, args.proc, args.port, args.set)
-  from arenarl_jax.rl import experience as rl_rollout  # pylint: disable=import-outside-toplevel
+  from arenarl_jax.rl import experience  # pylint: disable=import-outside-toplevel
   from arenarl_jax import pipeline
   import jax  # pylint: disable=import-outside-toplevel
   from jax.experimental import multihost_utils  # pylint: disable=import-outside-toplevel
 
   record, final = [], {}
-  call = rl_rollout.AgentRollout.__call__
+  call = experience.Experience.__call__
 
   def recording_call(self, params, *, step, prompt_ids, all_prompt_ids, key=None, **kw):
     trajectories, adv_N, stats = call(self, params, step=step, prompt_ids=prompt_ids,
@@ -69,7 +69,7 @@ def main(argv):
                               for b, p in enumerate(prompt_ids)]})
     return trajectories, adv_N, stats
 
-  rl_rollout.AgentRollout.__call__ = recording_call
+  experience.Experience.__call__ = recording_call
   run = train.run
 
   def capturing_run(*a, **kw):

@@ -3,10 +3,11 @@ import numpy as np
 import pytest
 
 from arenarl_jax.rl import advantages
+from arenarl_jax.tournament import rewards
 
 
 def test_n2_advantages_are_plus_minus_0_7071():
-  adv = advantages.standardize(advantages.rewards_from_order([1, 0]))
+  adv = rewards.standardize(rewards.rewards_from_order([1, 0]))
   # x = [0, 1]: mean 0.5, unbiased std sqrt(0.5), adv = +-0.5 / sqrt(0.5) (eps is negligible).
   np.testing.assert_allclose(adv, [-0.70710, 0.70710], atol=1e-5)
   assert adv.dtype == np.float32
@@ -14,57 +15,57 @@ def test_n2_advantages_are_plus_minus_0_7071():
 
 def test_n8_distinct_positions():
   order = [3, 0, 7, 1, 6, 2, 5, 4]
-  adv = advantages.standardize(advantages.rewards_from_order(order))
+  adv = rewards.standardize(rewards.rewards_from_order(order))
   by_position = adv[np.array(order)]
   expected = [1.4289, 1.0206, 0.6124, 0.2041, -0.2041, -0.6124, -1.0206, -1.4289]
   np.testing.assert_allclose(by_position, expected, atol=1e-4)
 
 
 def test_anchor_hand_vector_from_scores():
-  ranks = advantages.min_ranks(np.array([10.0, 10.0, 12.0, 8.0]))
+  ranks = rewards.min_ranks(np.array([10.0, 10.0, 12.0, 8.0]))
   np.testing.assert_array_equal(ranks, [2, 2, 1, 4])
-  x = advantages.rewards_from_ranks(ranks)
+  x = rewards.rewards_from_ranks(ranks)
   np.testing.assert_allclose(x, [2 / 3, 2 / 3, 1.0, 0.0], atol=1e-7)
-  np.testing.assert_allclose(advantages.standardize(x), [0.19868, 0.19868, 0.99340, -1.39076],
+  np.testing.assert_allclose(rewards.standardize(x), [0.19868, 0.19868, 0.99340, -1.39076],
                              atol=1e-5)
 
 
 def test_min_ranks_ties_share_the_smallest_rank():
-  np.testing.assert_array_equal(advantages.min_ranks([3.0, 3.0, 1.0, 1.0]), [1, 1, 3, 3])
-  np.testing.assert_array_equal(advantages.rewards_from_ranks([1, 1, 3, 3]), [1, 1, 0, 0])
-  np.testing.assert_array_equal(advantages.min_ranks([0.5, 2.0, 2.0, 1.0, 2.0]), [5, 1, 1, 4, 1])
+  np.testing.assert_array_equal(rewards.min_ranks([3.0, 3.0, 1.0, 1.0]), [1, 1, 3, 3])
+  np.testing.assert_array_equal(rewards.rewards_from_ranks([1, 1, 3, 3]), [1, 1, 0, 0])
+  np.testing.assert_array_equal(rewards.min_ranks([0.5, 2.0, 2.0, 1.0, 2.0]), [5, 1, 1, 4, 1])
 
 
 def test_all_tied_gives_zero_rewards_and_advantages():
-  x = advantages.rewards_from_ranks(advantages.min_ranks(np.full(5, 7.0)))
+  x = rewards.rewards_from_ranks(rewards.min_ranks(np.full(5, 7.0)))
   np.testing.assert_array_equal(x, np.zeros(5))
-  np.testing.assert_array_equal(advantages.standardize(x), np.zeros(5))
+  np.testing.assert_array_equal(rewards.standardize(x), np.zeros(5))
 
 
 def test_full_ties_share_the_average_of_their_positions():
   # Positions 1 and 2 of 4 tied: x = [1, 2/3, 1/3, 0] -> the pair shares 0.5.
   order = [2, 0, 3, 1]
   ranks = np.array([2, 4, 1, 2])
-  np.testing.assert_allclose(advantages.rewards_from_order(order, ranks), [0.5, 0, 1, 0.5],
+  np.testing.assert_allclose(rewards.rewards_from_order(order, ranks), [0.5, 0, 1, 0.5],
                              atol=1e-7)
 
 
 def test_ties_must_be_contiguous_in_the_order():
   with pytest.raises(ValueError, match="do not follow"):
-    advantages.rewards_from_order([0, 1, 2], np.array([1, 3, 1]))
+    rewards.rewards_from_order([0, 1, 2], np.array([1, 3, 1]))
 
 
 def test_order_must_be_a_permutation():
   with pytest.raises(ValueError, match="permutation"):
-    advantages.rewards_from_order([0, 0, 1])
+    rewards.rewards_from_order([0, 0, 1])
 
 
 @pytest.mark.parametrize("bad", [[1.0], []])
 def test_groups_of_fewer_than_two_are_errors(bad):
   with pytest.raises(ValueError, match="at least 2"):
-    advantages.standardize(np.array(bad))
+    rewards.standardize(np.array(bad))
   with pytest.raises(ValueError, match="at least 2"):
-    advantages.min_ranks(np.array(bad))
+    rewards.min_ranks(np.array(bad))
 
 
 def test_pointwise_advantages_per_group():
@@ -87,7 +88,7 @@ def test_pointwise_failed_scores_count_as_the_lowest_never_the_mean():
   ok = np.array([[True, True, False, True], [True, False, True, True]])
   adv = advantages.pointwise_advantages(scores, ok)
   # Row 0: the NaN counts as 0; row 1: the score 9 of a failed request is ignored, also 0.
-  np.testing.assert_allclose(adv, advantages.standardize(np.array(
+  np.testing.assert_allclose(adv, rewards.standardize(np.array(
       [[8.0, 6.0, 0.0, 7.0], [5.0, 0.0, 9.0, 1.0]])), atol=1e-6)
   assert adv[0, 2] == adv[0].min() and adv[1, 1] == adv[1].min()
   # The failed trajectory never gets more than it would with any real score it could have had.

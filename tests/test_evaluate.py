@@ -15,7 +15,7 @@ from arenarl_jax.eval import compare as evaluate
 from arenarl_jax.text import messages as msgs
 from arenarl_jax.data import env_examples, records
 from arenarl_jax.envs import base
-from arenarl_jax.eval.report import generation_stats
+from arenarl_jax.rollout.stats import generation_stats
 from arenarl_jax.judges import make_judge, render
 from arenarl_jax.judges.synthetic import ScoreMatrixJudge
 from arenarl_jax.sampling.settings import SamplingSettings

@@ -14,7 +14,7 @@ from arenarl_jax.text import messages
 from arenarl_jax.sft import policy as policy_lib
 from arenarl_jax.text import task_tokenizer
 from arenarl_jax.envs import compact_schemas
-from arenarl_jax.rl.experience import trajectory_stats
+from arenarl_jax.rollout.stats import trajectory_metrics
 from arenarl_jax.types import Trajectory
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -101,7 +101,7 @@ def test_trajectory_stats_count_calls_errors_and_finishes():
                       finish_reason=finish, metadata={"tool_log": tuple(log)})
   ok = {"ok": True, "error_kind": None}
   bad = {"ok": False, "error_kind": "bad_arguments"}
-  stats = trajectory_stats([traj("answer", [ok, bad], 4), traj("length", [bad], 2)], "r")
+  stats = trajectory_metrics([traj("answer", [ok, bad], 4), traj("length", [bad], 2)], "r")
   assert stats["r/tool_calls_per_trajectory"] == 1.5
   assert stats["r/tool_error_rate"] == pytest.approx(2 / 3)
   assert stats["r/tool_errors/bad_arguments"] == 2

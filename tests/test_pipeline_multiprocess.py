@@ -29,7 +29,8 @@ import numpy as np
 import pytest
 
 from arenarl_jax import tournament
-from arenarl_jax.rl import experience as rl_rollout
+from arenarl_jax.rl import advantages as adv_lib
+from arenarl_jax.rl import experience
 from arenarl_jax import hosts
 from arenarl_jax.judges import rubric as rubric_lib
 from arenarl_jax.judges import rubric_judge
@@ -78,30 +79,30 @@ def test_a_share_of_groups_ranks_and_is_judged_as_in_the_whole_step(topology):
   def judge():
     return rubric_judge.RubricJudge(_checker, MINI, noise, seed=3)
 
-  whole = tournament.rank(groups, rl_rollout.ShareJudge(judge(), 0, 4), topology,
-                          rl_rollout.tournament_rng(7, 2, 0))
-  halves = [tournament.rank(groups[f:f + 2], rl_rollout.ShareJudge(judge(), f, 2), topology,
-                            rl_rollout.tournament_rng(7, 2, f)) for f in (0, 2)]
+  whole = tournament.rank(groups, experience.ShareJudge(judge(), 0, 4), topology,
+                          adv_lib.tournament_rng(7, 2, 0))
+  halves = [tournament.rank(groups[f:f + 2], experience.ShareJudge(judge(), f, 2), topology,
+                            adv_lib.tournament_rng(7, 2, f)) for f in (0, 2)]
   for got, want in zip(halves[0] + halves[1], whole):
     assert got.order == want.order
     np.testing.assert_array_equal(got.advantages, want.advantages)
     assert [r.score_p for _, r in got.matches] == [r.score_p for _, r in want.matches]
   # Pointwise (GRPO/GSPO) scores too.
   flat = [t for g in groups for t in g]
-  all_scores = rl_rollout.ShareJudge(judge(), 0, 4).score(flat).scores
-  part = rl_rollout.ShareJudge(judge(), 2, 2).score(flat[8:]).scores
+  all_scores = experience.ShareJudge(judge(), 0, 4).score(flat).scores
+  part = experience.ShareJudge(judge(), 2, 2).score(flat[8:]).scores
   np.testing.assert_array_equal(part, all_scores[8:])
   # Without the offsets the second half would be judged with the first half's noise.
-  plain = tournament.rank(groups[2:], judge(), topology, rl_rollout.tournament_rng(7, 2, 0))
+  plain = tournament.rank(groups[2:], judge(), topology, adv_lib.tournament_rng(7, 2, 0))
   assert any(not np.array_equal(a.advantages, b.advantages) or
              [r.score_p for _, r in a.matches] != [r.score_p for _, r in b.matches]
              for a, b in zip(plain, whole[2:]))
 
 
 def test_share_start_finds_the_contiguous_slice():
-  assert rl_rollout.share_start([7, 1], [4, 7, 1, 9]) == 1
+  assert experience.share_start([7, 1], [4, 7, 1, 9]) == 1
   with pytest.raises(ValueError, match="contiguous"):
-    rl_rollout.share_start([4, 1], [4, 7, 1, 9])
+    experience.share_start([4, 1], [4, 7, 1, 9])
 
 
 def test_host_stats_add_counts_take_extremes_and_average_means():

@@ -8,7 +8,8 @@ import numpy as np
 import pytest
 
 from arenarl_jax import tournament
-from arenarl_jax.rl import experience as rl_rollout
+from arenarl_jax.rl import stats as rl_stats
+from arenarl_jax.rollout import stats as rollout_stats
 from arenarl_jax.rollout import log as rollout_log
 from arenarl_jax.judges import stats as judge_stats_lib
 from arenarl_jax.judges.synthetic import ScoreMatrixJudge
@@ -89,18 +90,18 @@ def test_judge_stats_are_this_steps_deltas():
   judge = ScriptedJudge(script, cached={1})
   judge.metrics.add("cache_hits", 7)  # earlier steps' counts are not this step's
   judge.metrics.orders((1, 2), (1, 2))
-  before = rl_rollout.judge_counters(judge)
-  timed = rl_rollout.TimedJudge(judge)
+  before = rl_stats.judge_counters(judge)
+  timed = rl_stats.TimedJudge(judge)
   tournament.rank([make_group(4)], timed, "anchor", 0)
-  out = rl_rollout.judge_stats(before, rl_rollout.judge_counters(judge), timed)
+  out = rl_stats.judge_stats(before, rl_stats.judge_counters(judge), timed)
   assert out["judge/cache_hits"] == 2
   assert out["judge/both_orders"] == 3 and out["judge/order_flips"] == 1
   assert out["judge/order_flip_rate"] == pytest.approx(1 / 3)
   assert out["judge/calls"] == 1 and out["time/judge_calls_s"] >= 0.0
   # A judge without counters reports only its time; no matches judged twice: no flip rate.
-  plain = rl_rollout.TimedJudge(ScoreMatrixJudge(SEEDED))
+  plain = rl_stats.TimedJudge(ScoreMatrixJudge(SEEDED))
   tournament.rank([make_group(4)], plain, "single_elimination", 0)
-  out = rl_rollout.judge_stats({}, {}, plain)
+  out = rl_stats.judge_stats({}, {}, plain)
   assert set(out) == {"time/judge_calls_s", "judge/calls"} and out["judge/calls"] == 3
 
 
@@ -113,14 +114,14 @@ def traj(sampled, answer, log=()):
 def test_step_stats_correlations_and_zero_groups():
   groups = [[traj(2, "a"), traj(4, "abc")], [traj(6, "ab"), traj(2, "abcd")]]
   adv = np.array([[-1.0, 1.0], [1.0, -1.0]])
-  out = rl_rollout.step_stats(groups, adv, np.array([[0.0, 1.0], [1.0, 0.0]]))
+  out = rl_stats.step_stats(groups, adv, np.array([[0.0, 1.0], [1.0, 0.0]]))
   # sampled [2, 4, 6, 2] vs adv [-1, 1, 1, -1]: cov 6, var 11 and 4 -> 6 / sqrt(44).
   assert out["length_win_corr"] == pytest.approx(6 / math.sqrt(44))
   # answer chars [1, 3, 2, 4]: deviations [-1.5, .5, -.5, 1.5] . adv = 0.
   assert out["answer_chars_win_corr"] == pytest.approx(0.0, abs=1e-12)
   assert out["advantage/zero_groups"] == 0.0 and out["reward/mean"] == 0.5
   three = groups + [[traj(3, "x"), traj(3, "y")]]
-  out = rl_rollout.step_stats(three, np.array([[-1.0, 1.0], [1.0, -1.0], [0.0, 0.0]]),
+  out = rl_stats.step_stats(three, np.array([[-1.0, 1.0], [1.0, -1.0], [0.0, 0.0]]),
                               np.zeros((3, 2)))
   assert out["advantage/zero_groups"] == pytest.approx(1 / 3)
 
@@ -130,8 +131,8 @@ def test_tool_calls_by_tool_never_name_metrics_after_policy_text():
   log_a = [dict(ok, name="search_poi"), dict(ok, name="search_poi", latency_s=1.5),
            dict(ok, name="<script>made_up"), {"ok": False, "error_kind": "bad_arguments",
                                               "name": None}]
-  out = rl_rollout.trajectory_stats([traj(1, "a", log_a), traj(1, "b", [dict(ok, name="route")])],
-                                    "r", tool_names=["search_poi", "route", "weather"])
+  out = rollout_stats.trajectory_metrics([traj(1, "a", log_a), traj(1, "b", [dict(ok, name="route")])],
+                                        "r", tool_names=["search_poi", "route", "weather"])
   assert out["r/tool_calls/search_poi"] == 1.0 and out["r/tool_calls/route"] == 0.5
   assert out["r/tool_calls/weather"] == 0.0
   assert out["r/tool_calls/other"] == 0.5 and out["r/tool_calls/malformed"] == 0.5

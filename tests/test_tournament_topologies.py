@@ -4,7 +4,7 @@ import math
 import numpy as np
 import pytest
 
-from arenarl_jax.rl import advantages
+from arenarl_jax.tournament import rewards
 from arenarl_jax import tournament
 from arenarl_jax.judges.synthetic import NoisyJudge, ScoreMatrixJudge
 from arenarl_jax.tournament import single_elimination
@@ -194,14 +194,14 @@ def test_standings_agree_with_the_advantages_reference():
     n = int(rng.integers(2, 12))
     scores = (rng.integers(0, 6, n) * 2.5 + rng.choice([0.0, 1e-9], n)).tolist()
     st = topology.standing_from_scores(scores)
-    ranks = advantages.min_ranks(np.round(scores, 6))
+    ranks = rewards.min_ranks(np.round(scores, 6))
     np.testing.assert_array_equal(st.ranks, ranks)
-    np.testing.assert_allclose(st.rewards, advantages.rewards_from_ranks(ranks), atol=1e-7)
+    np.testing.assert_allclose(st.rewards, rewards.rewards_from_ranks(ranks), atol=1e-7)
     assert list(st.order) == sorted(range(n), key=lambda p: (ranks[p], p))
 
     keys = list(zip(rng.integers(0, 3, n) * 0.5, rng.integers(0, 3, n) * 0.5))
     st = topology.standing_from_tiers(keys)
     better = [sum(k > keys[p] for k in keys) for p in range(n)]  # tuples compare lexicographically
     np.testing.assert_array_equal(st.ranks, np.array(better) + 1)
-    np.testing.assert_allclose(st.rewards, advantages.rewards_from_order(st.order, st.ranks),
+    np.testing.assert_allclose(st.rewards, rewards.rewards_from_order(st.order, st.ranks),
                                atol=1e-7)

@@ -1,82 +1,22 @@
-"""Ranks or a final order -> base rewards in [0, 1] -> group-normalized advantages (ARENARL.md §2).
+"""The advantage sources ``advantage.source`` names (``SOURCES``), and GRPO's pointwise advantages.
 
-All functions are host-side numpy. Rewards and advantages are float32; the math runs in float64.
+The tournament's standing -> base rewards -> normalized advantages math is
+``tournament/rewards.py``'s (the tournament returns advantages). All functions are host-side
+numpy; rewards and advantages are float32, the math runs in float64. A source turns one step's groups into advantages with the judge: ``arena`` ranks each group by a
+tournament (``tournament.topology``), ``pointwise`` scores each trajectory alone (GRPO/GSPO).
+``register_source`` adds another; its key is the config value.
 """
 from __future__ import annotations
 
-from typing import Sequence
+import dataclasses
+from typing import Any, Callable, Sequence
 
+import ml_collections
 import numpy as np
 
-EPS = 1e-6  # added to the unbiased std, as in the paper and the reference code
-
-
-def _check_group(values: np.ndarray, name: str) -> None:
-  if values.ndim < 1 or values.shape[-1] < 2:
-    raise ValueError(f"{name}: a group needs at least 2 trajectories, got shape {values.shape}")
-  if not np.all(np.isfinite(values)):
-    raise ValueError(f"{name}: non-finite values {values!r}")
-
-
-def min_ranks(scores_G: np.ndarray) -> np.ndarray:
-  """Ranks with 1 = highest score; equal scores share the smallest rank ([1, 1, 3, 3])."""
-  scores_G = np.asarray(scores_G, np.float64)
-  if scores_G.ndim != 1:
-    raise ValueError(f"min_ranks: expected a 1-D score vector, got shape {scores_G.shape}")
-  _check_group(scores_G, "min_ranks")
-  # Rank = 1 + how many scores are strictly greater.
-  return (np.searchsorted(np.sort(-scores_G), -scores_G, side="left") + 1).astype(np.int32)
-
-
-def rewards_from_ranks(ranks_G: np.ndarray) -> np.ndarray:
-  """x = (max_rank - rank) / (max_rank - 1); all tied (max_rank 1) gives zeros."""
-  ranks_G = np.asarray(ranks_G)
-  if ranks_G.ndim != 1:
-    raise ValueError(f"rewards_from_ranks: expected 1-D ranks, got shape {ranks_G.shape}")
-  _check_group(ranks_G, "rewards_from_ranks")
-  if ranks_G.min() != 1:
-    raise ValueError(f"rewards_from_ranks: the best rank must be 1, got {ranks_G.tolist()}")
-  max_rank = int(ranks_G.max())
-  if max_rank == 1:
-    return np.zeros(ranks_G.shape, np.float32)
-  return ((max_rank - ranks_G) / (max_rank - 1)).astype(np.float32)
-
-
-def rewards_from_order(order: Sequence[int], ranks_G: np.ndarray | None = None) -> np.ndarray:
-  """x_i = 1 - pos_i / (G - 1) for a best-first order of all G indices.
-
-  With ``ranks_G``, players of equal rank are full ties: they must sit next to each other in
-  ``order`` and they share the average of their positions' x.
-  """
-  order_G = np.asarray(order, np.int64)
-  g = order_G.shape[0] if order_G.ndim == 1 else 0
-  if g < 2 or not np.array_equal(np.sort(order_G), np.arange(g)):
-    raise ValueError(f"rewards_from_order: order must be a permutation of 0..G-1 (G >= 2), "
-                     f"got {list(order)}")
-  x_at_pos = 1.0 - np.arange(g) / (g - 1)
-  if ranks_G is not None:
-    ranks_at_pos = np.asarray(ranks_G)[order_G]
-    if np.any(np.diff(ranks_at_pos) < 0):
-      raise ValueError(f"rewards_from_order: ranks {np.asarray(ranks_G).tolist()} do not follow "
-                       f"the order {order_G.tolist()}")
-    # Average x over each run of equal ranks along the order.
-    starts = np.flatnonzero(np.r_[True, np.diff(ranks_at_pos) != 0])
-    sums = np.add.reduceat(x_at_pos, starts)
-    counts = np.diff(np.r_[starts, g])
-    x_at_pos = np.repeat(sums / counts, counts)
-  x_G = np.empty(g, np.float64)
-  x_G[order_G] = x_at_pos
-  return x_G.astype(np.float32)
-
-
-def standardize(rewards_xG: np.ndarray) -> np.ndarray:
-  """(x - mean) / (unbiased std + 1e-6) over the last (group) axis, float32."""
-  x = np.asarray(rewards_xG, np.float64)
-  _check_group(x, "standardize")
-  mean = x.mean(axis=-1, keepdims=True)
-  std = x.std(axis=-1, ddof=1, keepdims=True)
-  return ((x - mean) / (std + EPS)).astype(np.float32)
-
+from arenarl_jax import tournament
+from arenarl_jax.tournament import diagnostics
+from arenarl_jax.tournament.rewards import standardize
 
 FAILED_POINTWISE_SCORE = 0.0  # the lowest score of the 0-10 rubric scale
 
@@ -100,3 +40,77 @@ def pointwise_advantages(scores_BG: np.ndarray, ok_BG: np.ndarray | None = None)
     raise ValueError(f"pointwise_advantages: ok {ok_BG.shape} does not match scores "
                      f"{scores_BG.shape}")
   return standardize(np.where(ok_BG, scores_BG, FAILED_POINTWISE_SCORE))
+
+
+# ---------------------------------------------------------------------------- advantage sources
+@dataclasses.dataclass(frozen=True)
+class Judged:
+  """One step's groups after the judge: advantages and base rewards [B, G], the tournament
+  results (None for pointwise scores) and the source's own stats."""
+
+  advantages_BG: np.ndarray
+  rewards_BG: np.ndarray
+  results: list[Any] | None
+  stats: dict[str, float]
+
+
+# source(groups, judge, config, *, step, first_group) -> Judged
+AdvantageSource = Callable[..., Judged]
+
+
+def tournament_rng(seed: int, step: int, first_group: int = 0) -> np.random.Generator:
+  """The step's tournament generator, seeded by (seed, step). ``tournament.rank`` spawns one
+  stream per group from it; a host whose groups start at ``first_group`` skips the streams of
+  the groups before its own, so each group gets the stream it gets in one process."""
+  rng = np.random.default_rng([int(seed), int(step)])
+  rng.bit_generator.seed_seq.spawn(int(first_group))
+  return rng
+
+
+def arena(groups: Sequence[Sequence[Any]], judge: Any, config: ml_collections.ConfigDict, *,
+          step: int, first_group: int = 0) -> Judged:
+  """ArenaRL: each group ranked by a tournament of bidirectional pairwise matches."""
+  topology = config.tournament.topology
+  results = tournament.rank(groups, judge, topology,
+                            tournament_rng(config.seed, step, first_group),
+                            failure_threshold=config.tournament.failure_threshold)
+  stats = {"judge/requests": float(sum(r.requests for r in results)),
+           "judge/failures": float(sum(r.failures for r in results)),
+           "judge/matches": float(sum(len(r.matches) for r in results)),
+           # Does the greedy anchor's seeding agree with the final order? (the anchor's final
+           # rank, and Kendall's tau between the anchor-pass scores and the final ranks)
+           "tournament/anchor_rank_mean": float(np.mean([r.ranks[0] for r in results]))}
+  tau = diagnostics.mean_seeding_tau(results, topology)
+  if tau is not None:
+    stats["tournament/seeding_tau"] = tau
+  return Judged(np.stack([r.advantages for r in results]),
+                np.stack([r.base_rewards for r in results]), results, stats)
+
+
+def pointwise(groups: Sequence[Sequence[Any]], judge: Any, config: ml_collections.ConfigDict, *,
+              step: int, first_group: int = 0) -> Judged:
+  """GRPO/GSPO: each trajectory scored alone, standardised within its group."""
+  del config, step, first_group  # the judge's offset places the share (experience.ShareJudge)
+  flat = [t for g in groups for t in g]
+  scored = judge.score(flat)
+  rewards_BG = np.nan_to_num(np.asarray(scored.scores, np.float64)).reshape(len(groups), -1)
+  stats = {"judge/requests": float(len(flat)),
+           "judge/failures": float(np.sum(~np.asarray(scored.ok)))}
+  return Judged(pointwise_advantages(rewards_BG), rewards_BG, None, stats)
+
+
+SOURCES: dict[str, AdvantageSource] = {"arena": arena, "pointwise": pointwise}
+
+
+def register_source(name: str, source: AdvantageSource) -> None:
+  """Adds an advantage source under the config value ``name``."""
+  if name in SOURCES:
+    raise ValueError(f"advantage source {name!r} is already registered")
+  SOURCES[name] = source
+
+
+def get_source(name: str) -> AdvantageSource:
+  """The source ``advantage.source`` names (an error lists the known ones)."""
+  if name not in SOURCES:
+    raise ValueError(f"advantage.source: unknown value {name!r}; known: {sorted(SOURCES)}")
+  return SOURCES[name]

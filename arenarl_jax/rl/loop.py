@@ -1,4 +1,4 @@
-"""The RL loop: prompts -> rollout (pluggable) -> training batch -> minibatch updates -> metrics.
+"""The RL loop: prompts -> experience (pluggable: rollouts judged into advantages) -> training batch -> minibatch updates -> metrics.
 
 Every host runs this same loop (``distributed.initialize`` joins them): each host rolls out its
 own contiguous share of the step's prompts (a group never spans hosts; the rollout indexes its
@@ -6,11 +6,11 @@ random draws by the global group, so the union of the shares is what one process
 update is one global SPMD step over all hosts' rows, every host takes part in checkpoint saves,
 the hosts' rollout stats are combined (``hosts.combine_host_stats``) and process 0 writes
 metrics.
-A rollout is any callable ``rollout(params, *, step, prompt_ids, all_prompt_ids, key) ->
-(trajectories, advantages_N, stats)`` with ``num_prompts``, ``state_dict()`` and
+An experience source is any callable ``experience(params, *, step, prompt_ids, all_prompt_ids,
+key) -> (trajectories, advantages_N, stats)`` with ``num_prompts``, ``state_dict()`` and
 ``load_state_dict()``: the agent's (``rl/experience.py``) or a test's stand-in.
 Resume: the newest checkpoint restores the train state, the step, the prompt cursor, the PRNG key
-and the rollout's state, so a run killed at any point and rerun ends where an uninterrupted run
+and the experience source's state (its judge's), so a run killed at any point and rerun ends where an uninterrupted run
 does. SIGTERM finishes the current step, saves and returns.
 """
 from __future__ import annotations
@@ -41,7 +41,7 @@ class PromptCursor:
   def __init__(self, num_prompts: int, per_step: int, seed: int):
     if per_step <= 0 or num_prompts < per_step:
       raise ValueError(f"rl.prompts_per_step={per_step} needs at least that many prompts, "
-                       f"the rollout has {num_prompts}")
+                       f"the experience source has {num_prompts}")
     self.num_prompts, self.per_step, self.seed = num_prompts, per_step, seed
     self.epoch, self.index = 0, 0
 
@@ -90,7 +90,7 @@ def _combine_updates(per_update: list[dict]) -> dict[str, float]:
   return out
 
 
-def run(config: ml_collections.ConfigDict, workdir: str, rollout, *, model=None, on_step=None):
+def run(config: ml_collections.ConfigDict, workdir: str, experience, *, model=None, on_step=None):
   """Runs ``config.rl.steps`` RL steps (resuming from ``workdir/checkpoints``); returns the state.
 
   ``model`` is the initial policy (an nnx Transformer; also the frozen KL reference).
@@ -108,7 +108,7 @@ def run(config: ml_collections.ConfigDict, workdir: str, rollout, *, model=None,
   procs, me = jax.process_count(), jax.process_index()
   if rl.prompts_per_step % procs:
     raise ValueError(f"rl.prompts_per_step={rl.prompts_per_step} must split over {procs} hosts")
-  cursor = PromptCursor(rollout.num_prompts, rl.prompts_per_step, config.seed)
+  cursor = PromptCursor(experience.num_prompts, rl.prompts_per_step, config.seed)
   rng = jax.random.key(config.seed)
   checkpointer = ckpt_lib.Checkpointer(os.path.join(workdir, "checkpoints"),
                                        every=config.checkpoint.every, keep=config.checkpoint.keep)
@@ -119,7 +119,7 @@ def run(config: ml_collections.ConfigDict, workdir: str, rollout, *, model=None,
     start = int(loop["step"])
     cursor.load(loop["cursor"])
     rng = jax.random.wrap_key_data(jnp.asarray(loop["rng"], jnp.uint32))
-    rollout.load_state_dict(loop["rollout"])
+    experience.load_state_dict(loop["experience"])
   writer = metrics_lib.MetricsWriter(workdir, tensorboard=config.metrics.tensorboard,
                                      jsonl=config.metrics.jsonl, resume_step=start)
   bar = metrics_lib.progress(rl.steps, desc="rl steps", initial=start,
@@ -132,7 +132,7 @@ def run(config: ml_collections.ConfigDict, workdir: str, rollout, *, model=None,
 
   def loop_state(step):
     return {"step": step, "cursor": cursor.state(),
-            "rng": np.asarray(jax.random.key_data(rng)).tolist(), "rollout": rollout.state_dict()}
+            "rng": np.asarray(jax.random.key_data(rng)).tolist(), "experience": experience.state_dict()}
 
   try:
     step = start
@@ -142,7 +142,7 @@ def run(config: ml_collections.ConfigDict, workdir: str, rollout, *, model=None,
       all_ids = cursor.next()
       share = len(all_ids) // procs
       rng, key = jax.random.split(rng)
-      trajectories, adv_N, stats = rollout(state.params, step=step,
+      trajectories, adv_N, stats = experience(state.params, step=step,
                                            prompt_ids=all_ids[me * share:(me + 1) * share],
                                            all_prompt_ids=all_ids, key=key)
       t1 = time.perf_counter()

@@ -9,7 +9,7 @@ from typing import Any, Sequence
 import jax
 import numpy as np
 
-from arenarl_jax.eval import report as eval_report
+from arenarl_jax import jsonl, types
 from arenarl_jax import tournament
 from arenarl_jax.tournament import diagnostics
 
@@ -30,7 +30,7 @@ def group_record(step: int, b: int, group: Sequence[Any], adv_G: np.ndarray,
            "messages": list(t.messages), "metadata": dict(t.metadata)}
           for g, t in enumerate(group)]
   out = {"kind": "group", "step": int(step), "group": int(b),
-         "task_id": first.metadata.get("task_id"), "subtask": eval_report.subtask_of(first),
+         "task_id": first.metadata.get("task_id"), "subtask": types.subtask_of(first),
          "query": first.query, "trajectories": rows}
   if result is not None:
     out.update({"topology": topology, "order": list(result.order),
@@ -41,7 +41,7 @@ def group_record(step: int, b: int, group: Sequence[Any], adv_G: np.ndarray,
                              "detail": r.detail} for m, r in result.matches]})
     if tournament.TOPOLOGIES[topology].anchor_seeded:
       out["seeding_tau"] = diagnostics.seeding_tau(result)
-  return eval_report.jsonable(out)
+  return jsonl.jsonable(out)
 
 
 def write_rollouts(directory: str, step: int, groups: Sequence[Sequence[Any]], adv_BG: np.ndarray,
@@ -53,7 +53,7 @@ def write_rollouts(directory: str, step: int, groups: Sequence[Sequence[Any]], a
   name = f"step_{int(step):08d}"
   if jax.process_count() > 1:
     name += f"_p{jax.process_index()}"
-  f, path = eval_report.create_jsonl(directory, name)
+  f, path = jsonl.create_jsonl(directory, name)
   with f:
     for b, group in enumerate(groups):
       rec = group_record(step, first_group + b, group, adv_BG[b], reward_BG[b],

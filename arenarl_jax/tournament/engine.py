@@ -6,7 +6,7 @@ from typing import Sequence
 
 import numpy as np
 
-from arenarl_jax.rl import advantages
+from arenarl_jax.tournament import rewards as rewards_lib
 from arenarl_jax.tournament import registry
 from arenarl_jax.tournament import topology as topology_lib
 from arenarl_jax.types import GroupResult, Judge, Match, MatchResult, Trajectory
@@ -111,7 +111,7 @@ def _standardize_all(rewards: list[np.ndarray]) -> list[np.ndarray]:
   for b, x in enumerate(rewards):
     by_size.setdefault(len(x), []).append(b)
   for members in by_size.values():
-    adv_BG = advantages.standardize(np.stack([rewards[b] for b in members]))
+    adv_BG = rewards_lib.standardize(np.stack([rewards[b] for b in members]))
     for row, b in enumerate(members):
       out[b] = adv_BG[row]
   return out

@@ -68,7 +68,7 @@ def sort_key(score: float) -> int:
 def standing_from_scores(scores: list[float], failed: Collection[int] = ()) -> Standing:
   """Min ranks by score (anchor, round robin): x = (max_rank - rank) / (max_rank - 1).
 
-  Same as ``advantages.min_ranks`` + ``rewards_from_ranks`` on quantized scores, in plain Python
+  Same as ``rewards.min_ranks`` + ``rewards_from_ranks`` on quantized scores, in plain Python
   because a group is small and there are hundreds of them. Players in ``failed`` rank below
   everyone else, tied, so they share the largest rank and x = 0.
   """
@@ -87,7 +87,7 @@ def standing_from_scores(scores: list[float], failed: Collection[int] = ()) -> S
 
 def standing_from_tiers(keys: list[tuple[float, ...]], failed: Collection[int] = ()) -> Standing:
   """Order by descending ``keys`` (then index); equal keys are full ties that share the average
-  x of their positions and the smallest rank (Swiss). Same as ``advantages.rewards_from_order``.
+  x of their positions and the smallest rank (Swiss). Same as ``rewards.rewards_from_order``.
   Players in ``failed`` come last as one tier that shares the last rank and x = 0 (not the
   average of its positions: a failure must not lift anyone above the last place's reward).
   """

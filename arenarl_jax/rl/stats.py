@@ -1,0 +1,82 @@
+"""One RL step's statistics: the judge's work and the rewards and advantages it produced.
+
+The rollouts' own statistics (lengths, turns, tool calls, finish reasons) are
+``rollout/stats.py``'s, shared with the evaluation.
+"""
+from __future__ import annotations
+
+import time
+from typing import Any, Mapping, Sequence
+
+import numpy as np
+
+# Judge counters whose per-step change is reported (judges/stats.py COUNTERS).
+JUDGE_DELTAS = ("cache_hits", "retries", "parse_failures", "both_orders", "order_flips")
+
+
+class TimedJudge:
+  """Passes ``judge`` / ``score`` calls through to a judge and adds up the seconds spent in them."""
+
+  def __init__(self, judge: Any):
+    self.inner, self.seconds, self.calls = judge, 0.0, 0
+
+  def judge(self, matches):
+    t0 = time.perf_counter()
+    try:
+      return self.inner.judge(matches)
+    finally:
+      self.seconds += time.perf_counter() - t0
+      self.calls += 1
+
+  def score(self, trajectories):
+    t0 = time.perf_counter()
+    try:
+      return self.inner.score(trajectories)
+    finally:
+      self.seconds += time.perf_counter() - t0
+      self.calls += 1
+
+
+def judge_counters(judge: Any) -> dict[str, float]:
+  """The judge's running counters (``judge.metrics.snapshot()``; {} for a judge without them)."""
+  metrics = getattr(judge, "metrics", None)
+  return dict(metrics.snapshot()) if metrics is not None else {}
+
+
+def judge_stats(before: Mapping[str, float], after: Mapping[str, float], timed: TimedJudge
+                ) -> dict[str, float]:
+  """This step's judge metrics: counter changes, the order-flip rate among this step's matches
+  judged in both orders (left out when there were none), batched calls and the seconds spent
+  inside them (``time/judge_calls_s``: a timing, so under ``time/``)."""
+  out = {"time/judge_calls_s": timed.seconds, "judge/calls": float(timed.calls)}
+  delta = {k: float(after[k] - before.get(k, 0)) for k in JUDGE_DELTAS if k in after}
+  out.update({f"judge/{k}": v for k, v in delta.items()})
+  if delta.get("both_orders", 0) > 0:
+    out["judge/order_flip_rate"] = delta["order_flips"] / delta["both_orders"]
+  return out
+
+
+def step_stats(groups: Sequence[Sequence[Any]], adv_BG: np.ndarray, reward_BG: np.ndarray
+               ) -> dict[str, float]:
+  """Reward and advantage statistics of one step, the share of groups whose advantages are all
+  zero, and the (pooled Pearson) correlation of the advantage with the sampled tokens and with
+  the final answer's characters (0 when either side is constant)."""
+  flat = [t for g in groups for t in g]
+  adv_N = np.asarray(adv_BG, np.float64).reshape(-1)
+  sampled = np.asarray([np.sum(t.loss_mask) for t in flat], np.float64)
+  answer = np.asarray([len(t.final_answer) for t in flat], np.float64)
+  return {
+      "reward/mean": float(reward_BG.mean()), "reward/std": float(reward_BG.std()),
+      "advantage/mean": float(adv_N.mean()), "advantage/std": float(adv_N.std()),
+      "advantage/abs_max": float(np.abs(adv_N).max()),
+      "advantage/zero_groups": float(np.mean(np.all(np.abs(adv_BG) < 1e-6, axis=1))),
+      "length_win_corr": _corr(sampled, adv_N),
+      "answer_chars_win_corr": _corr(answer, adv_N),
+  }
+
+
+def _corr(x: np.ndarray, y: np.ndarray) -> float:
+  """Pearson correlation (0 when either side is constant)."""
+  if len(x) < 2 or np.std(x) == 0 or np.std(y) == 0:
+    return 0.0
+  return float(np.corrcoef(x, y)[0, 1])
