@@ -51,8 +51,8 @@ def rl_params(config, workdir: str, model):
     graphdef, params = nnx.split(model)
     params = nnx.to_pure_dict(params)
     trainer = loop.make_trainer(config, graphdef, params, mesh)
-    state, loop = checkpointer.restore(latest, trainer.init_state(params))
-    return state.params, int(loop["step"])
+    state, loop_state = checkpointer.restore(latest, trainer.init_state(params))
+    return state.params, int(loop_state["step"])
   finally:
     checkpointer.close()
 

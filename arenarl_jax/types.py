@@ -55,7 +55,7 @@ class Trajectory:
   tokens: np.ndarray | None = None  # int32 [T]
   loss_mask: np.ndarray | None = None  # int32/bool [T]
   logprobs: np.ndarray | None = None  # float32 [T]: sampler log-probs on sampled ids, 0 elsewhere
-  messages: tuple[Mapping[str, Any], ...] = ()  # the reference-format conversation (messages.py)
+  messages: tuple[Mapping[str, Any], ...] = ()  # the reference-format conversation (text/messages.py)
   finish_reason: str = ""  # "answer" | "length" | "max_turns" | "invalid" | "error"
   # task_id, subtask, policy_step, temperature, greedy, turn_stop_reasons, tool_log, ...
   metadata: Mapping[str, Any] = dataclasses.field(default_factory=dict)
@@ -88,7 +88,7 @@ class MatchResult:
   both: the tournament leaves the match out of the ranking evidence and demotes BOTH players to
   a shared last place with base reward 0 (tournament/topology.py), so no trajectory gains from a
   failure. It is never a tie. A failed evaluation match is left out of the win rate and counted
-  (``win_rate.py``).
+  (``eval/tally.py``).
   ``requests`` counts the judge requests this match actually sent, set by the judge itself (2 per
   match when both orders were asked, 0 when cached, more with re-asks); ``detail`` carries
   backend-specific diagnostics (per-direction scores, raw replies' lengths, ...).
@@ -104,10 +104,34 @@ class MatchResult:
 
 @runtime_checkable
 class Judge(Protocol):
-  """Anything that scores a batch of matches. It owns its concurrency; results align with input."""
+  """Anything that scores a batch of matches. It owns its concurrency; results align with input.
 
-  def judge(self, matches: Sequence[Match]) -> list[MatchResult]:
+  ``offset`` is the position of ``matches[0]`` in the whole batch when this call is one host's
+  share of it (a judge whose randomness depends on a request's position uses it, so the shares
+  together draw what the whole batch would; the others ignore it). ``state_dict()`` is what a
+  resumed run must restore for the judge to continue exactly (``{}`` for most judges).
+  Pointwise judges (GRPO/GSPO) also have ``score(trajectories, *, offset=0) ->
+  PointwiseScores``.
+  """
+
+  def judge(self, matches: Sequence[Match], *, offset: int = 0) -> list[MatchResult]:
     ...
+
+  def state_dict(self) -> dict[str, Any]:
+    ...
+
+  def load_state_dict(self, state: Mapping[str, Any]) -> None:
+    ...
+
+
+class Stateless:
+  """The ``state_dict`` half of the judge protocol for judges with nothing to restore."""
+
+  def state_dict(self) -> dict[str, Any]:
+    return {}
+
+  def load_state_dict(self, state: Mapping[str, Any]) -> None:
+    del state
 
 
 @dataclasses.dataclass(frozen=True)
@@ -121,3 +145,12 @@ class GroupResult:
   matches: tuple[tuple[Match, MatchResult], ...]  # the match log, in play order
   requests: int  # judge requests (one match = two), as the judge counted them
   failures: int  # failed matches (left out of the evidence; both players demoted, reward 0)
+
+
+def subtask_of(trajectory: Trajectory) -> str:
+  """``metadata["subtask"]``, else the middle part of an ``env/subtask/number`` task id."""
+  subtask = trajectory.metadata.get("subtask")
+  if isinstance(subtask, str) and subtask:
+    return subtask
+  parts = str(trajectory.metadata.get("task_id", "")).split("/")
+  return parts[1] if len(parts) == 3 and parts[1] else "unknown"

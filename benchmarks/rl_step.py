@@ -4,7 +4,7 @@
   .venv/bin/python benchmarks/rl_step.py --from_workdir=runs/quickstart   # its trained policy
   .venv/bin/python benchmarks/rl_step.py --arg=smoke      # seconds: the smoke config
 
-Runs ``train.run`` with the agent rollout (``rl/experience.Experience``: sampler on the current
+Runs ``rl/loop.run`` with the agent rollout (``rl/experience.Experience``: sampler on the current
 parameters, travel tools, the noisy rubric judge, seeded single elimination) for ``--steps`` RL
 steps and reports the LAST step (the first one compiles). The policy is freshly initialised by
 default (the step's shape; a random policy calls no tools, so its rollouts are not typical);

@@ -50,6 +50,7 @@ def main(argv):
   config = make_config(args.data_dir, args.procs, args.proc, args.port, args.set)
   from arenarl_jax.rl import experience  # pylint: disable=import-outside-toplevel
   from arenarl_jax import pipeline
+  from arenarl_jax.rl import loop
   import jax  # pylint: disable=import-outside-toplevel
   from jax.experimental import multihost_utils  # pylint: disable=import-outside-toplevel
 
@@ -70,14 +71,14 @@ def main(argv):
     return trajectories, adv_N, stats
 
   experience.Experience.__call__ = recording_call
-  run = train.run
+  run = loop.run
 
   def capturing_run(*a, **kw):
     state = run(*a, **kw)
     final["params"] = multihost_utils.process_allgather(state.params, tiled=True)
     return state
 
-  train.run = capturing_run
+  loop.run = capturing_run
   out = io.StringIO()
   with contextlib.redirect_stdout(out):
     pipeline.pipeline(config, args.workdir)

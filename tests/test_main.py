@@ -1,32 +1,15 @@
-"""The CLI and the end-to-end pipeline it runs, on a tiny random model (fast) with the real tokenizer."""
-import json
+"""The CLI's own checks (the pipeline it runs is tested end to end in test_pipeline.py)."""
 import os
 import subprocess
 import sys
 
-import numpy as np
 import pytest
 
 from arenarl_jax import pipeline
-from arenarl_jax.models import config as model_config
-from arenarl_jax.models.embedded import find_smollm2_gguf
-from arenarl_jax.models.safetensors_io import export_hf_dir
-from arenarl_jax.models.transformer import make_model
-from arenarl_jax.text.tokenizer import Tokenizer
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(ROOT, "configs"))
 import quickstart  # noqa: E402  pylint: disable=g-import-not-at-top,wrong-import-position
-
-
-@pytest.fixture(scope="module")
-def tiny_dir(tmp_path_factory):
-  """An HF checkpoint directory: a tiny random model with SmolLM2's tokenizer (vocab 49,152)."""
-  path = str(tmp_path_factory.mktemp("tiny_hf"))
-  cfg = model_config.PRESETS["tiny"]
-  export_hf_dir(make_model(cfg, seed=0), cfg, path)
-  Tokenizer.from_gguf(find_smollm2_gguf()).save(path)
-  return path
 
 
 def test_run_mode_rejects_an_unknown_mode(tmp_path):

@@ -129,6 +129,8 @@ def test_quickstart_smoke_pipeline_then_eval_reproduces_it_then_export(tmp_path)
   result = proc.stdout.strip().splitlines()[-1]
   assert result.startswith("RESULT win_rate_vs_sft=") and "ci_low=" in result
   assert "win_rate_vs_reference=" in result
+  # The resolved config is written first, for reproducibility.
+  assert json.load(open(work / "config.json"))["tournament"]["topology"] == "single_elimination"
   # The stages' outputs: SFT curve and checkpoint, RL metrics, evaluations at 0 and the end.
   sft_rows = [json.loads(line) for line in open(work / "sft" / "metrics.jsonl")]
   assert [r["step"] for r in sft_rows] == [1, 2] and all(np.isfinite(r["loss"]) for r in sft_rows)

@@ -57,84 +57,13 @@ from arenarl_jax import types
 from arenarl_jax.eval import tally as win_rate_lib
 from arenarl_jax.eval.tally import WinRate
 from arenarl_jax.data import records
+from arenarl_jax.rollout import stats as rollout_stats
 from arenarl_jax.envs import base
-from arenarl_jax.eval.report import EvalReport, subtask_of, write_jsonl  # noqa: F401 (re-exported)
-
-INTERVALS = ("bootstrap", "t")
-STRIP_MODES = ("auto", "always", "never")
-REFERENCE = "reference"  # the report's name for the test split's references
-
-
-@dataclasses.dataclass(frozen=True)
-class EvalSettings:
-  """The ``eval.*`` config section."""
-
-  tasks_per_subtask: int = 0  # test tasks per subtask (the first ones of each split); 0 = all
-  every_steps: int = 0  # evaluate at step 0, every this many RL steps and at the end; 0 = no middle
-  group_size: int = 1  # trajectories per test task (row 0 is the greedy anchor)
-  greedy: bool = True  # every row greedy (temperature 0); False: rows > 0 use sampling.*
-  interval: str = "bootstrap"  # bootstrap (over tasks) | t (per-match scores); module docstring
-  bootstrap_samples: int = 2000
-  seed: int = 0  # the bootstrap's resampling seed
-  strip_tool_results: str = "auto"  # auto | always | never (module docstring)
-  opponent: str = "sft"  # the second opponent's name in the report ("" = references only)
-
-  def __post_init__(self):
-    for name in ("tasks_per_subtask", "every_steps"):
-      if getattr(self, name) < 0:
-        raise ValueError(f"eval.{name} must be >= 0, got {getattr(self, name)}")
-    if self.group_size < 1:
-      raise ValueError(f"eval.group_size must be >= 1, got {self.group_size}")
-    if self.interval not in INTERVALS:
-      raise ValueError(f"eval.interval must be one of {INTERVALS}, got {self.interval!r}")
-    if self.bootstrap_samples < 100:
-      raise ValueError(f"eval.bootstrap_samples must be >= 100, got {self.bootstrap_samples}")
-    if self.strip_tool_results not in STRIP_MODES:
-      raise ValueError(f"eval.strip_tool_results must be one of {STRIP_MODES}, got "
-                       f"{self.strip_tool_results!r}")
-    if self.opponent == REFERENCE:
-      raise ValueError(f"eval.opponent: {REFERENCE!r} is the references' own name")
-
-  @classmethod
-  def from_config(cls, config: Any) -> EvalSettings:
-    """From the ``eval`` ConfigDict (or a mapping); an unknown key is named."""
-    values = config.to_dict() if hasattr(config, "to_dict") else dict(config or {})
-    names = {f.name for f in dataclasses.fields(cls)}
-    unknown = sorted(set(values) - names)
-    if unknown:
-      raise ValueError(f"eval: unknown key(s) {unknown}; allowed: {sorted(names)}")
-    return cls(**values)
-
-  def is_due(self, step: int, last_step: int) -> bool:
-    """Whether to evaluate after RL step ``step`` (0 = before training) of ``last_step``."""
-    return (step == 0 or step == last_step
-            or (self.every_steps > 0 and step % self.every_steps == 0))
-
-  def sampling(self, settings):
-    """The evaluation rollout's ``SamplingSettings``: ``settings`` at temperature 0 if greedy."""
-    return dataclasses.replace(settings, temperature=0.0) if self.greedy else settings
-
+from arenarl_jax.eval.report import Comparison, EvalReport, write_jsonl  # noqa: F401 (re-exported)
+from arenarl_jax.eval.settings import (  # noqa: F401 (re-exported)
+    INTERVALS, REFERENCE, STRIP_MODES, EvalSettings)
 
 # ------------------------------------------------------------------------------------ win rates
-@dataclasses.dataclass(frozen=True)
-class Comparison:
-  """The policy against one opponent: match k is policy trajectory k (as P) vs its opponent."""
-
-  opponent: str
-  matches: tuple[types.Match, ...]  # as the judge saw them (p stripped where ``stripped``)
-  results: tuple[types.MatchResult, ...]
-  scores: tuple[float | None, ...]  # win_rate.outcome() of each result: 1, 0.5, 0 or None (failed)
-  stripped: tuple[bool, ...]
-  overall: WinRate
-  by_subtask: dict[str, WinRate]
-
-  def to_dict(self) -> dict[str, Any]:
-    return {"opponent": self.opponent, "overall": self.overall.to_dict(),
-            "by_subtask": {s: w.to_dict() for s, w in self.by_subtask.items()},
-            "stripped_matches": int(sum(self.stripped)),
-            "requests": int(sum(r.requests for r in self.results))}
-
-
 def interval(scores: Sequence[float | None], task_ids: Sequence[str], *, method: str = "bootstrap",
              samples: int = 2000, seed: int = 0) -> tuple[float, float]:
   """The 95% interval of the mean score (None = failed, left out); module docstring."""
@@ -245,7 +174,7 @@ def win_rate(policy: Sequence[types.Trajectory], opponent: Sequence[types.Trajec
     raise ValueError(f"judge {judge!r} returned {len(results)} results for {len(matches)} matches")
   scores = [win_rate_lib.outcome(r) for r in results]
   task_ids = [task_id_of(p, f"policy[{k}]") for k, p in enumerate(policy)]
-  subtasks = [subtask_of(p) for p in policy]
+  subtasks = [types.subtask_of(p) for p in policy]
   by_subtask = {}
   for s in sorted(set(subtasks)):
     keep = [k for k, x in enumerate(subtasks) if x == s]
@@ -333,7 +262,7 @@ def evaluate(trajectories: Sequence[types.Trajectory] | Sequence[Sequence[types.
   Win rates against ``references`` (named ``"reference"``) and, when given, against ``second``
   (another policy's rollouts of the same tasks, e.g. the starting SFT policy; named
   ``settings.opponent``), per subtask and overall, one batched judge call per opponent; and the
-  generation statistics of the policy's trajectories (``eval_report.generation_stats``).
+  generation statistics of the policy's trajectories (``rollout/stats.generation_stats``).
   """
   policy = flatten(trajectories)
   if not policy:
@@ -349,11 +278,11 @@ def evaluate(trajectories: Sequence[types.Trajectory] | Sequence[Sequence[types.
                      strip=settings.strip_tool_results)
       for name, opp in opponents.items()}
   flags = tuple(is_valid(t, valid) for t in policy)
-  subtasks = [subtask_of(t) for t in policy]
-  generation = {eval_report.OVERALL: eval_report.generation_stats(policy, flags)}
+  subtasks = [types.subtask_of(t) for t in policy]
+  generation = {eval_report.OVERALL: rollout_stats.generation_stats(policy, flags)}
   for s in sorted(set(subtasks)):
     keep = [k for k, x in enumerate(subtasks) if x == s]
-    generation[s] = eval_report.generation_stats([policy[k] for k in keep],
+    generation[s] = rollout_stats.generation_stats([policy[k] for k in keep],
                                                  [flags[k] for k in keep])
   return EvalReport(step=int(step), trajectories=tuple(policy), valid=flags,
                     comparisons=comparisons, generation=generation)

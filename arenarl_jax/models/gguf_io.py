@@ -7,6 +7,7 @@ interleaved RoPE; we undo that so our (HF, rotate-half) RoPE applies. No ``outpu
 from __future__ import annotations
 
 import dataclasses
+import functools
 import re
 
 import gguf
@@ -38,9 +39,18 @@ _BLOCK = {
 }
 
 
+@functools.lru_cache(maxsize=None)
 def supported_types() -> frozenset:
-  """GGML tensor types gguf.quants can dequantize (F32/F16/BF16 and the block formats)."""
-  return frozenset(_FLOAT) | frozenset(gguf.quants._type_traits)  # pylint: disable=protected-access
+  """GGML tensor types gguf.quants can dequantize (F32/F16/BF16 and the block formats): each type
+  is asked to dequantize one zero block, so the answer follows the installed gguf."""
+  out = set(_FLOAT)
+  for kind, (_, block_bytes) in gguf.GGML_QUANT_SIZES.items():
+    try:
+      gguf.quants.dequantize(np.zeros((1, block_bytes), np.uint8), kind)
+    except (NotImplementedError, ValueError, TypeError, KeyError):
+      continue
+    out.add(kind)
+  return frozenset(out)
 
 
 def unpermute_rows(w_OI: np.ndarray, n_head: int) -> np.ndarray:

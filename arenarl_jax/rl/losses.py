@@ -16,6 +16,8 @@ and gradient (no mean of means):
   dr_grpo              m / (rows in the batch * dr_grpo_tokens)        (Dr. GRPO: a constant per row,
                                                                         so long rows are not shrunk)
 "Rows" counts rows with at least one masked token (bucket padding rows do not count).
+Each choice is a registry keyed by its config value (``RATIOS``, ``KL_ESTIMATORS``,
+``AGGREGATIONS``): a new estimator or aggregation is one entry, not another branch.
 """
 from __future__ import annotations
 
@@ -25,9 +27,40 @@ from typing import Any, Mapping
 import jax
 import jax.numpy as jnp
 
-RATIOS = ("token", "sequence")
-KLS = ("k1", "k2", "k3")
-AGGREGATIONS = ("seq_mean_token_mean", "token_mean", "dr_grpo")
+from arenarl_jax.settings import settings_from_config
+
+
+
+def _token_ratio(log_w_NT, mask_NT, clamp: float):
+  del mask_NT
+  return jnp.exp(jnp.clip(log_w_NT, -clamp, clamp))
+
+
+def _sequence_ratio(log_w_NT, mask_NT, clamp: float):
+  """GSPO: the row's length-normalised log-ratio, given to every token of the row."""
+  len_N = jnp.maximum(mask_NT.sum(-1), 1.0)
+  log_s_N = jnp.clip(log_w_NT.sum(-1) / len_N, -clamp, clamp)
+  return jnp.broadcast_to(jnp.exp(log_s_N)[:, None], log_w_NT.shape)
+
+
+# loss.ratio -> (masked log-ratio [N, T], mask [N, T], clamp) -> w [N, T]
+RATIOS = {"token": _token_ratio, "sequence": _sequence_ratio}
+
+# loss.kl -> Schulman's estimator of KL(pi || pi_ref) from log r = ref_logp - logp (kl_estimate)
+KL_ESTIMATORS = {
+    "k1": lambda log_r: -log_r,
+    "k2": lambda log_r: 0.5 * log_r * log_r,
+    "k3": lambda log_r: jnp.exp(log_r) - 1.0 - log_r,
+}
+KLS = tuple(KL_ESTIMATORS)
+
+# loss.aggregation -> (mask [N, T] float32, batch normalisers, LossConfig) -> weight [N, T]
+AGGREGATIONS = {
+    "token_mean": lambda m, norm, cfg: m / norm["tokens"],
+    "seq_mean_token_mean":
+        lambda m, norm, cfg: m / (jnp.maximum(m.sum(-1, keepdims=True), 1.0) * norm["rows"]),
+    "dr_grpo": lambda m, norm, cfg: m / (norm["rows"] * cfg.dr_grpo_tokens),
+}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -47,7 +80,8 @@ class LossConfig:
     for key, value, allowed in (("ratio", self.ratio, RATIOS), ("kl", self.kl, KLS),
                                 ("aggregation", self.aggregation, AGGREGATIONS)):
       if value not in allowed:
-        raise ValueError(f"loss.{key}: unknown value {value!r}; expected one of {allowed}")
+        raise ValueError(f"loss.{key}: unknown value {value!r}; expected one of "
+                         f"{tuple(allowed)}")
     if self.clip_low < 0 or self.clip_high < 0 or self.clip_low >= 1:
       raise ValueError(f"loss.clip_low/clip_high: need 0 <= clip_low < 1 and clip_high >= 0, got "
                        f"{self.clip_low}, {self.clip_high}")
@@ -56,8 +90,8 @@ class LossConfig:
 
   @classmethod
   def from_config(cls, section: Mapping[str, Any]) -> "LossConfig":
-    names = {f.name for f in dataclasses.fields(cls)}
-    return cls(**{k: v for k, v in dict(section).items() if k in names})
+    """From the ``loss`` section; an unknown key is an error naming it (never dropped)."""
+    return settings_from_config(cls, section, "loss")
 
 
 def kl_estimate(logp_NT, ref_logp_NT, kind: str, clamp: float = 20.0):
@@ -70,26 +104,16 @@ def kl_estimate(logp_NT, ref_logp_NT, kind: str, clamp: float = 20.0):
                             gradient (in expectation it is the gradient of KL(pi_ref || pi))
   The presets keep k3, as the reference does.
   """
-  log_r = jnp.clip(ref_logp_NT - logp_NT, -clamp, clamp)
-  if kind == "k1":
-    return -log_r
-  if kind == "k2":
-    return 0.5 * log_r * log_r
-  if kind == "k3":
-    return jnp.exp(log_r) - 1.0 - log_r
-  raise ValueError(f"loss.kl: unknown estimator {kind!r}; expected one of {KLS}")
+  if kind not in KL_ESTIMATORS:
+    raise ValueError(f"loss.kl: unknown estimator {kind!r}; expected one of {KLS}")
+  return KL_ESTIMATORS[kind](jnp.clip(ref_logp_NT - logp_NT, -clamp, clamp))
 
 
 def importance_ratio(logp_NT, old_logp_NT, mask_NT, kind: str, clamp: float = 20.0):
   """w_NT: per-token ratio, or GSPO's length-normalised sequence ratio broadcast over the row."""
-  log_w_NT = (logp_NT - old_logp_NT) * mask_NT
-  if kind == "token":
-    return jnp.exp(jnp.clip(log_w_NT, -clamp, clamp))
-  if kind == "sequence":
-    len_N = jnp.maximum(mask_NT.sum(-1), 1.0)
-    log_s_N = jnp.clip(log_w_NT.sum(-1) / len_N, -clamp, clamp)
-    return jnp.broadcast_to(jnp.exp(log_s_N)[:, None], logp_NT.shape)
-  raise ValueError(f"loss.ratio: unknown value {kind!r}; expected one of {RATIOS}")
+  if kind not in RATIOS:
+    raise ValueError(f"loss.ratio: unknown value {kind!r}; expected one of {tuple(RATIOS)}")
+  return RATIOS[kind]((logp_NT - old_logp_NT) * mask_NT, mask_NT, clamp)
 
 
 def normalisers(mask_NT) -> dict[str, jax.Array]:
@@ -105,15 +129,10 @@ def normalisers(mask_NT) -> dict[str, jax.Array]:
 def token_weights(mask_NT, norm: Mapping[str, jax.Array], cfg: LossConfig):
   """weight_NT of the aggregation (see the module docstring); sums to 1 over the batch except for
   dr_grpo (sum = mean row length / dr_grpo_tokens)."""
-  mask_NT = mask_NT.astype(jnp.float32)
-  if cfg.aggregation == "token_mean":
-    return mask_NT / norm["tokens"]
-  if cfg.aggregation == "seq_mean_token_mean":
-    len_N = jnp.maximum(mask_NT.sum(-1, keepdims=True), 1.0)
-    return mask_NT / (len_N * norm["rows"])
-  if cfg.aggregation == "dr_grpo":
-    return mask_NT / (norm["rows"] * cfg.dr_grpo_tokens)
-  raise ValueError(f"loss.aggregation: unknown value {cfg.aggregation!r}; expected {AGGREGATIONS}")
+  if cfg.aggregation not in AGGREGATIONS:
+    raise ValueError(f"loss.aggregation: unknown value {cfg.aggregation!r}; expected "
+                     f"{tuple(AGGREGATIONS)}")
+  return AGGREGATIONS[cfg.aggregation](mask_NT.astype(jnp.float32), norm, cfg)
 
 
 def clipped_surrogate(w_NT, adv_N1, cfg: LossConfig):

@@ -1,7 +1,7 @@
 """A scripted expert that solves travel tasks through the tools, with nested, controllable errors.
 
 The expert calls the real tool source (so every fact it states came back in a tool result) and
-writes a reference-format conversation (``messages.py``). Each task has eight potential error
+writes a reference-format conversation (``text/messages.py``). Each task has eight potential error
 sites, two per kind, in a fixed order::
 
   skip_tool        0: the first leaf look-up (landmark / stop / hotel / one mode / weather)
