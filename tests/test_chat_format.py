@@ -113,9 +113,9 @@ def test_tool_turn_without_generation_prompt():
     (["hello"], TypeError, r"messages\[0\] must be a dict"),
     ([{"role": "assistant", "tool_calls": [{"arguments": {}}]}], ValueError, "no \"name\""),
     ([{"role": "assistant", "tool_calls": [{"name": "a", "arguments": "[1]"}]}], ValueError,
-     "must be an object"),
+     "must be a JSON object, got an array"),
     ([{"role": "assistant", "tool_calls": [{"name": "a", "arguments": "{bad"}]}], ValueError,
-     "not JSON"),
+     "not valid JSON"),
 ])
 def test_bad_messages_raise(messages, error, match):
   with pytest.raises(error, match=match):

@@ -166,3 +166,18 @@ def test_to_step():
   assert tool_calls.to_step(parse("done")) == Step(content="done")
   with pytest.raises(TypeError, match=r"tool_results\[0\]"):
     tool_calls.to_step(parsed, [{"not": "a string"}])
+
+
+@pytest.mark.parametrize("arguments, expected", [
+    ({"q": 1}, ({"q": 1}, "")),
+    ('{"q": 1}', ({"q": 1}, "")),
+    ("  ", ({}, "")),  # a blank string is no arguments
+    ("[1]", (None, "must be a JSON object, got an array")),
+    (None, (None, "must be a JSON object, got null")),  # a model's `"arguments": null`
+    ("{oops", (None, "is a string that is not valid JSON: "
+                     "Expecting property name enclosed in double quotes")),
+    ("[" * 100_000, (None, "is a string that is not valid JSON: nested too deeply")),
+])
+def test_parse_arguments_is_the_one_rule(arguments, expected):
+  # Model output, reference data and tool sources all parse arguments here.
+  assert tool_calls.parse_arguments(arguments) == expected

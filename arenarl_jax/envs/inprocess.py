@@ -18,6 +18,7 @@ import time
 from typing import Any, Callable, Mapping, Sequence
 
 from arenarl_jax.envs import base
+from arenarl_jax.text import tool_calls as tc
 
 DEFAULT_MAX_CHARS = 5000  # the reference cuts tool outputs to 5,000 characters
 TRUNCATION_NOTE = "\n...[truncated: {n} more characters]"
@@ -109,18 +110,11 @@ def check_arguments(arguments: Mapping[str, Any], schema: Mapping[str, Any],
   return None
 
 
-def parse_arguments(arguments: Mapping[str, Any] | str | None) -> tuple[dict[str, Any] | None, str]:
-  """A dict from a dict or a JSON string; (None, why) when it is not a JSON object."""
-  if arguments is None:
-    return {}, ""
-  if isinstance(arguments, str):
-    try:
-      arguments = json.loads(arguments) if arguments.strip() else {}
-    except json.JSONDecodeError as e:
-      return None, f"arguments are not valid JSON ({e.msg} at character {e.pos})"
-  if not isinstance(arguments, Mapping):
-    return None, f"arguments must be a JSON object, got {type(arguments).__name__}"
-  return dict(arguments), ""
+def call_arguments(arguments: Mapping[str, Any] | str | None) -> tuple[dict[str, Any] | None, str]:
+  """A tool source's arguments as a dict, or (None, why) worded for the tool's error result: the
+  one parser (``tool_calls.parse_arguments``), with None meaning no arguments in this API."""
+  args, problem = tc.parse_arguments({} if arguments is None else arguments)
+  return (args, "") if args is not None else (None, f"arguments {problem}")
 
 
 def truncate(text: str, max_chars: int) -> str:
@@ -154,7 +148,7 @@ class InProcessToolSource:
     if tool is None:
       return error_result(base.UNKNOWN_TOOL, f"unknown tool {name!r}; available tools: "
                           + ", ".join(sorted(self._tools)), start)
-    args, why = parse_arguments(arguments)
+    args, why = call_arguments(arguments)
     if args is None:
       return error_result(base.BAD_ARGUMENTS, f"{name}: {why}", start)
     if (problem := check_arguments(args, tool.parameters)):

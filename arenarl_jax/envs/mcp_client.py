@@ -323,7 +323,7 @@ class McpToolSource:
 
   async def _call(self, name: str, arguments: Mapping[str, Any] | str | None,
                   timeout: float | None, start: float) -> base.ToolResult:
-    args, why = inprocess.parse_arguments(arguments)
+    args, why = inprocess.call_arguments(arguments)
     if args is None:
       return inprocess.error_result(base.BAD_ARGUMENTS, f"{name}: {why}", start)
     key = (name, canonical_arguments(args))

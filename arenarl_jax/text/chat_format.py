@@ -73,14 +73,9 @@ def as_tool_call(call: types.ToolCall | Mapping[str, Any]) -> types.ToolCall:
   name, args = fn.get("name"), fn.get("arguments", {})
   if not isinstance(name, str) or not name:
     raise ValueError(f"tool call {dict(call)!r} has no \"name\" string")
-  if isinstance(args, str):
-    try:
-      args = json.loads(args) if args.strip() else {}
-    except json.JSONDecodeError as e:
-      raise ValueError(f"tool call {name!r}: \"arguments\" string is not JSON: {e}") from e
-  if not isinstance(args, Mapping):
-    raise ValueError(f"tool call {name!r}: \"arguments\" must be an object, got "
-                     f"{type(args).__name__}")
+  args, problem = tc.parse_arguments(args)
+  if args is None:
+    raise ValueError(f"tool call {name!r}: \"arguments\" {problem}")
   return types.ToolCall(name=name, arguments=args)
 
 

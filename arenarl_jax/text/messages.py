@@ -23,6 +23,7 @@ from typing import Any, Callable, Mapping, Sequence
 
 from arenarl_jax import types
 from arenarl_jax.text import chat_format
+from arenarl_jax.text import tool_calls as tc
 
 ROLES = ("system", "user", "assistant", "tool")
 # What the SFT pipeline calls to render a conversation: (messages, tokenizer, tools) -> (ids, mask).
@@ -49,16 +50,10 @@ def parse_tool_call(k: int, j: int, call: Any) -> types.ToolCall:
   name = fn.get("name")
   if not isinstance(name, str) or not name.strip():
     raise _fail(k, f"{where}.function.name", "missing or empty")
-  args = fn.get("arguments", {})
-  if isinstance(args, str):
-    try:
-      args = json.loads(args) if args.strip() else {}
-    except json.JSONDecodeError as e:
-      raise _fail(k, f"{where}.function.arguments", f"not JSON ({e.msg} at {e.pos})") from e
-  if not isinstance(args, Mapping):
-    raise _fail(k, f"{where}.function.arguments", f"must be a JSON object, got "
-                f"{type(args).__name__}")
-  return types.ToolCall(name=name.strip(), arguments=dict(args))
+  args, problem = tc.parse_arguments(fn.get("arguments", {}))
+  if args is None:
+    raise _fail(k, f"{where}.function.arguments", problem)
+  return types.ToolCall(name=name.strip(), arguments=args)
 
 
 def check_message(k: int, message: Any) -> Mapping[str, Any]:

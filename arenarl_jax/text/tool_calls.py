@@ -31,7 +31,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import re
-from typing import Any, Sequence
+from typing import Any, Mapping, Sequence
 
 from arenarl_jax import types
 
@@ -168,15 +168,30 @@ def parse_call(body: str) -> tuple[types.ToolCall | None, str]:
   if not isinstance(name, str) or not name.strip():
     return None, f"\"name\" must be a non-empty string, got {_json_type(name)} in {_snippet(s)}"
   name = name.strip()
-  args = obj.get("arguments", {})
-  if isinstance(args, str):
-    try:
-      args = json.loads(args) if args.strip() else {}
-    except json.JSONDecodeError as e:
-      return None, f"\"arguments\" of {name!r} is a string that is not valid JSON: {e.msg}"
-  if not isinstance(args, dict):
-    return None, f"\"arguments\" of {name!r} must be a JSON object, got {_json_type(args)}"
+  args, problem = parse_arguments(obj.get("arguments", {}))
+  if args is None:
+    return None, f"\"arguments\" of {name!r} {problem}"
   return types.ToolCall(name=name, arguments=args), ""
+
+
+def parse_arguments(arguments: Any) -> tuple[dict[str, Any] | None, str]:
+  """A tool call's arguments -> (dict, "") or (None, what is wrong, worded to follow a subject).
+
+  Arguments are a JSON object, given as a mapping or as a string holding one ("" or whitespace
+  = ``{}``). Every reader of tool calls (model output, reference data, tool sources) parses them
+  here, so they all accept the same things. None (JSON ``null``) is not an object: a caller whose
+  API uses None for "no arguments" maps it to ``{}`` itself.
+  """
+  if isinstance(arguments, str):
+    try:
+      arguments = json.loads(arguments) if arguments.strip() else {}
+    except json.JSONDecodeError as e:
+      return None, f"is a string that is not valid JSON: {e.msg}"
+    except RecursionError:
+      return None, "is a string that is not valid JSON: nested too deeply"
+  if not isinstance(arguments, Mapping):
+    return None, f"must be a JSON object, got {_json_type(arguments)}"
+  return dict(arguments), ""
 
 
 def _json_type(value: Any) -> str:

@@ -73,7 +73,7 @@ BAD_ROWS = [  # (line, field, message fragment)
      "reference[0].tool_calls[0].function.name", "missing"),
     ({"query": "q", "reference": [{"role": "assistant", "content": "", "tool_calls": [
         {"id": "c", "type": "function", "function": {"name": "lookup", "arguments": "{key: a"}}]}]},
-     "reference[0].tool_calls[0].function.arguments", "not JSON"),
+     "reference[0].tool_calls[0].function.arguments", "not valid JSON"),
 ]
 
 
