@@ -16,6 +16,7 @@ from __future__ import annotations
 
 from typing import Any, Iterator, Sequence
 
+from arenarl_jax.text import chat_format
 from arenarl_jax.text import messages as messages_lib
 from arenarl_jax.data import records
 from arenarl_jax.envs import base
@@ -62,3 +63,20 @@ def split_records(env: base.Environment, split: str, *, seed: int,
       reference = _expert_messages(env, task, error_rate, seed)
     yield records.make_record(task_id=task.id, env=task.env, subtask=task.subtask,
                               query=task.query, messages=convo, reference=reference)
+
+
+def tokenizer_corpus(env: Any, *, sft_tasks: int = 300, queries: int = 2000,
+                     tools: Sequence[Any] | None = None) -> Iterator[str]:
+  """Text of ``env`` to train a task tokenizer on (``text/task_tokenizer.train_bpe``): its
+  rendered system prompt with ``tools`` (default: the tool source's),
+  ``sft_tasks`` expert conversations (error rate 0, with their tool outputs) and the queries of
+  the first ``queries`` train tasks."""
+  tools = env.tool_source().tools() if tools is None else tools
+  yield chat_format.render_messages([], tools=tools)
+  for task in env.tasks(records.SFT)[:sft_tasks]:
+    convo = env.expert(task, 0.0, records.task_rng(env.seed, task.id))
+    convo = records.with_prompt([{"role": "user", "content": task.query}],
+                                records.canonical_messages(convo))
+    yield chat_format.render_messages(messages_lib.to_chat(convo), default_system=None)
+  for task in env.tasks(records.TRAIN)[:queries]:
+    yield task.query

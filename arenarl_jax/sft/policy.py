@@ -24,8 +24,12 @@ import ml_collections
 import numpy as np
 from flax import nnx
 
+from arenarl_jax.data import env_examples
+from arenarl_jax.envs import compact_schemas
 from arenarl_jax.models import config as model_config
-from arenarl_jax.models.transformer import Transformer, make_model
+from arenarl_jax.models.loading import load_model, load_tokenizer
+from arenarl_jax.models.transformer import Transformer, abstract_model, make_model
+from arenarl_jax.text import task_tokenizer
 from arenarl_jax.text.tokenizer import Tokenizer
 
 TOKENIZER_DIR = "tokenizer"
@@ -43,20 +47,16 @@ def make_tokenizer(config: ml_collections.ConfigDict, env: Any = None) -> Tokeni
   """A fresh tokenizer as ``model.init`` (or ``model.source``, without a preset) says."""
   init = config.model.init
   if not init.preset:
-    from arenarl_jax.models.loading import load_tokenizer  # pylint: disable=import-outside-toplevel
     return load_tokenizer(config.model.source)
   choice = init.tokenizer
   if choice == "task_bpe":
     if env is None:
       raise ValueError("model.init.tokenizer='task_bpe' is trained on the environment's text: "
                        "pass the environment")
-    from arenarl_jax.text import task_tokenizer  # pylint: disable=import-outside-toplevel
-    from arenarl_jax.envs import compact_schemas  # pylint: disable=import-outside-toplevel
     tools = compact_schemas.tool_source(env, config.env.schemas).tools()
-    return task_tokenizer.make_task_tokenizer(env, int(init.vocab_size), int(init.corpus_tasks),
-                                              tools)
+    corpus = env_examples.tokenizer_corpus(env, sft_tasks=int(init.corpus_tasks), tools=tools)
+    return task_tokenizer.train_bpe(corpus, int(init.vocab_size))
   if choice == "smollm2":
-    from arenarl_jax.models.loading import load_tokenizer  # pylint: disable=import-outside-toplevel
     return load_tokenizer("smollm2")
   if os.path.isdir(choice):
     return Tokenizer.from_hf_dir(choice)
@@ -83,7 +83,6 @@ def keep_first_layers(cfg: model_config.ModelConfig, model: Transformer,
     raise ValueError(f"model.keep_layers={n}: the model has {cfg.n_layers} layers (0 keeps all)")
   if n == cfg.n_layers:
     return cfg, model
-  from arenarl_jax.models.transformer import abstract_model  # pylint: disable=import-outside-toplevel
   params = nnx.to_pure_dict(nnx.state(model))
   params["layers"] = {k: v for k, v in params["layers"].items() if int(k) < n}
   cfg = dataclasses.replace(cfg, n_layers=n)
@@ -101,7 +100,6 @@ def make_policy(config: ml_collections.ConfigDict, workdir: str, env: Any = None
                               compute_dtype=config.model.compute_dtype)
     model = make_model(cfg, seed=int(init.seed), attention=config.model.attention)
   else:
-    from arenarl_jax.models.loading import load_model  # pylint: disable=import-outside-toplevel
     cfg, model = load_model(config.model.source, cache_dir=config.model.cache_dir or None,
                             compute_dtype=config.model.compute_dtype,
                             attention=config.model.attention,

@@ -19,7 +19,7 @@ corpus), and the result is saved as a plain HF tokenizer directory with the chec
 """
 from __future__ import annotations
 
-from typing import Any, Iterable, Iterator, Sequence
+from typing import Iterable, Sequence
 
 import tokenizers
 from tokenizers import decoders, models, pre_tokenizers, trainers
@@ -30,24 +30,6 @@ from arenarl_jax.text.tokenizer import Tokenizer
 SPECIAL = ("<|endoftext|>", chat_format.IM_START, chat_format.IM_END)
 TAGS = ("<tool_call>", "</tool_call>", "<tool_response>", "</tool_response>", "<think>",
         "</think>", "<tools>", "</tools>")
-
-
-def corpus(env: Any, *, sft_tasks: int = 300, queries: int = 2000,
-           tools: Sequence[Any] | None = None) -> Iterator[str]:
-  """Text of ``env``: its rendered system prompt with ``tools`` (default: the tool source's),
-  ``sft_tasks`` expert conversations (error rate 0, with their tool outputs) and the queries of
-  the first ``queries`` train tasks."""
-  from arenarl_jax.data import records  # pylint: disable=import-outside-toplevel
-  tools = env.tool_source().tools() if tools is None else tools
-  yield chat_format.render_messages([], tools=tools)
-  for task in env.tasks(records.SFT)[:sft_tasks]:
-    convo = env.expert(task, 0.0, records.task_rng(env.seed, task.id))
-    convo = records.with_prompt([{"role": "user", "content": task.query}],
-                                records.canonical_messages(convo))
-    from arenarl_jax.text import messages as messages_lib  # pylint: disable=import-outside-toplevel
-    yield chat_format.render_messages(messages_lib.to_chat(convo), default_system=None)
-  for task in env.tasks(records.TRAIN)[:queries]:
-    yield task.query
 
 
 def train_bpe(texts: Iterable[str], vocab_size: int = 2048) -> Tokenizer:
@@ -65,12 +47,6 @@ def train_bpe(texts: Iterable[str], vocab_size: int = 2048) -> Tokenizer:
   backend.add_tokens([tokenizers.AddedToken(t, special=False, normalized=False) for t in TAGS])
   return Tokenizer(backend, eos_id=backend.token_to_id(chat_format.IM_END),
                    pad_id=backend.token_to_id("<|endoftext|>"))
-
-
-def make_task_tokenizer(env: Any, vocab_size: int = 4096, sft_tasks: int = 300,
-                        tools: Sequence[Any] | None = None) -> Tokenizer:
-  """``train_bpe`` on ``corpus(env)``."""
-  return train_bpe(corpus(env, sft_tasks=sft_tasks, tools=tools), vocab_size)
 
 
 def lengths(tokenizer: Tokenizer, texts: Sequence[str]) -> list[int]:
