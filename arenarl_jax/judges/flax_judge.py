@@ -66,7 +66,6 @@ from arenarl_jax.sampling import buckets as bucketing
 from arenarl_jax.types import Match, MatchResult, Trajectory
 
 MODES = ("logit", "generative")
-FAILED = 0.0  # each side of a failed match (ignored by the tournament: MatchResult docs)
 _MAX_REFITS = 6  # re-renders with smaller character limits before a prompt counts as too long
 
 
@@ -180,14 +179,10 @@ class FlaxJudge:
     for k in range(len(matches)):
       (fwd, e1, d1), (bwd, e2, d2) = agents[2 * k], agents[2 * k + 1]
       if fwd is None or bwd is None:
-        error = "; ".join(f"{d}: {e}" for d, e in (("forward", e1), ("backward", e2)) if e)
-        results.append(MatchResult(FAILED, FAILED, ok=False, error=error, requests=2))
+        results.append(verdict_lib.failed(e1, e2, requests=2))
         continue
-      (fa, fb), (ba, bb) = fwd, bwd
-      detail = {"forward": (fa, fb), "backward": (ba, bb), **_merge(d1, d2)}
-      self.metrics.orders((fa, fb), (ba, bb))
-      results.append(MatchResult(score_p=fa + bb, score_q=fb + ba, ok=True, error=None,
-                                 requests=2, detail=detail))
+      self.metrics.orders(fwd, bwd)
+      results.append(verdict_lib.combine_scores(fwd, bwd, requests=2, detail=_merge(d1, d2)))
     self._account(len(results), sum(not r.ok for r in results), requests=2 * len(results))
     return results
 

@@ -42,7 +42,6 @@ RESPONSE_FORMATS = ("none", "json_object", "json_object_schema", "json_schema", 
 # The next weaker format after a server rejected one.
 FORMAT_FALLBACK = {"gbnf": "json_schema", "json_schema": "json_object_schema",
                    "json_object_schema": "json_object", "json_object": "none"}
-FAILED = 0.0  # score of each side of a failed match (ignored by the tournament)
 REPAIR = ("Your previous reply to this request could not be used. Reply again with exactly one "
           "JSON object of the shape above and nothing else: no text, no code fence.")
 
@@ -201,8 +200,7 @@ class HttpJudge:
     for k in range(len(matches)):
       (fwd, e1, n1), (bwd, e2, n2) = answers[2 * k], answers[2 * k + 1]
       if fwd is None or bwd is None:
-        error = "; ".join(f"{d}: {e}" for d, e in (("forward", e1), ("backward", e2)) if e)
-        results.append(MatchResult(FAILED, FAILED, ok=False, error=error, requests=n1 + n2))
+        results.append(verdict_lib.failed(e1, e2, requests=n1 + n2))
       else:
         results.append(verdict_lib.combine(fwd, bwd, requests=n1 + n2))
         self.metrics.orders((fwd.a.combined, fwd.b.combined), (bwd.a.combined, bwd.b.combined))

@@ -19,6 +19,7 @@ from arenarl_jax.judges import rubric as rubric_lib
 from arenarl_jax.types import MatchResult
 
 MAX_REPLY_CHARS = 100_000
+FAILED = 0.0  # each side's score in a failed match (ignored by the tournament: MatchResult docs)
 _FENCE_RE = re.compile(r"^```[ \t]*(?:json|JSON)?[ \t]*\n(.*?)\n?[ \t]*```$", re.DOTALL)
 
 
@@ -148,19 +149,37 @@ def parse_pointwise(reply: Any, rubric: rubric_lib.Rubric, compact: bool = False
 
 
 def combine(forward: PairVerdict, backward: PairVerdict, requests: int = 2) -> MatchResult:
-  """Bidirectional sums: forward shows (A=P, B=Q), backward (A=Q, B=P); scores in [0, 20]."""
-  return MatchResult(
-      score_p=forward.a.combined + backward.b.combined,
-      score_q=forward.b.combined + backward.a.combined,
-      ok=True, error=None, requests=requests,
-      detail={"forward": (forward.a.combined, forward.b.combined),
-              "backward": (backward.a.combined, backward.b.combined),
-              "mismatches": forward.mismatches + backward.mismatches,
+  """Both orders' parsed verdicts as one match (``combine_scores``), with their dimensions."""
+  return combine_scores(
+      (forward.a.combined, forward.b.combined), (backward.a.combined, backward.b.combined),
+      requests=requests,
+      detail={"mismatches": forward.mismatches + backward.mismatches,
               # Each side's dimension scores (rubric order) in each direction, for the logs.
               "dimensions": {"p": {"forward": _dimensions(forward.a),
                                    "backward": _dimensions(backward.b)},
                              "q": {"forward": _dimensions(forward.b),
                                    "backward": _dimensions(backward.a)}}})
+
+
+def combine_scores(forward: tuple[float, float], backward: tuple[float, float], *,
+                   requests: int = 2, detail: Mapping[str, Any] | None = None) -> MatchResult:
+  """Bidirectional sums of each order's (Agent_A, Agent_B) scores: forward shows (A=P, B=Q),
+  backward (A=Q, B=P), so score_p = fwd A + bwd B and score_q = fwd B + bwd A, in [0, 20].
+
+  Every judge backend combines its two orders here, so they all mean the same by a score.
+  ``detail`` (diagnostics) follows the two orders' scores in ``MatchResult.detail``.
+  """
+  return MatchResult(score_p=forward[0] + backward[1], score_q=forward[1] + backward[0],
+                     ok=True, error=None, requests=requests,
+                     detail={"forward": tuple(forward), "backward": tuple(backward),
+                             **(detail or {})})
+
+
+def failed(forward_error: str | None, backward_error: str | None, requests: int) -> MatchResult:
+  """A match one of whose orders has no verdict: each order's error named, scores ``FAILED``."""
+  error = "; ".join(f"{d}: {e}" for d, e in (("forward", forward_error),
+                                            ("backward", backward_error)) if e)
+  return MatchResult(FAILED, FAILED, ok=False, error=error, requests=requests)
 
 
 def _dimensions(scores: AgentScores) -> dict[str, list[float]]:

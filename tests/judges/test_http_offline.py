@@ -91,7 +91,7 @@ def test_gives_up_after_max_retries_and_records_failure():
   judge = _judge(server, max_retries=2, max_concurrency=1)
   (r,) = judge.judge(judge_fakes.matches([(9, 1)]))
   assert not r.ok and "gave up after 3 attempts; last: HTTP 503" in r.error
-  assert (r.score_p, r.score_q) == (http.FAILED, http.FAILED) and r.requests == 4  # 3 + 1
+  assert (r.score_p, r.score_q) == (verdict_lib.FAILED, verdict_lib.FAILED) and r.requests == 4  # 3 + 1
   assert judge.metrics["failures"] == 1 and judge.metrics["failed_matches"] == 1
   with pytest.raises(http.JudgeFailureError, match="1/1 judge matches failed"):
     server.faults = ["503"] * 3

@@ -169,3 +169,17 @@ def test_skeleton_matches_the_compact_schema(mode, rubric):
   schema = rubric_lib.verdict_schema(rubric, mode, compact=True)
   agents = [a for a in dict.fromkeys(s[0] for s in slots)]
   assert schema["required"] == (agents if mode == "pairwise" else ["path", "answer"])
+
+
+def test_combine_scores_sums_the_two_orders():
+  # forward shows (A=P, B=Q), backward (A=Q, B=P): each side gets its score from both.
+  r = verdict_lib.combine_scores((7.0, 3.5), (4.0, 6.0), requests=3, detail={"score_mass": 0.9})
+  assert (r.score_p, r.score_q, r.ok, r.requests) == (13.0, 7.5, True, 3)
+  assert r.detail == {"forward": (7.0, 3.5), "backward": (4.0, 6.0), "score_mass": 0.9}
+
+
+def test_failed_names_each_order_that_has_no_verdict():
+  r = verdict_lib.failed(None, "unparseable verdict", requests=2)
+  assert not r.ok and (r.score_p, r.score_q) == (verdict_lib.FAILED, verdict_lib.FAILED)
+  assert r.error == "backward: unparseable verdict" and r.requests == 2
+  assert verdict_lib.failed("x", "y", requests=4).error == "forward: x; backward: y"
