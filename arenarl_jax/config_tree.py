@@ -1,19 +1,23 @@
 """The one config tree every configs/*.py file starts from, the ``:arg`` parser and the presets.
 
 Every key the library reads is declared here with its default, so a config file only sets values and a
-typo in ``--config.a.b=v`` (or in a config file) fails loudly once the tree is locked.
+typo in ``--config.a.b=v`` (or in a config file) fails loudly once the tree is locked. Sections that
+mirror a settings dataclass (``eval``, ``env.mcp``, ``env.<environment>``, ``judge.<backend>``) are
+generated from the class (``settings.defaults``), the environment and judge ones from their
+registries (``envs/settings.py``, ``judges/settings.py``). Everything imported here is standard
+library (plus ml_collections): loading a config imports neither jax nor any backend.
 """
 from __future__ import annotations
 
-import dataclasses
 from typing import Any
 
 import ml_collections
 
-from arenarl_jax.eval import compare as evaluate
-from arenarl_jax.envs import mcp_client
-from arenarl_jax.judges import flax_judge, http, render, rubric_judge
-from arenarl_jax.models import remat as remat_lib
+from arenarl_jax.envs import settings as env_settings
+from arenarl_jax.eval import settings as eval_settings
+from arenarl_jax.judges import settings as judge_settings
+from arenarl_jax.models import settings as model_settings
+from arenarl_jax.settings import defaults
 
 # Method presets: orthogonal keys set together (ARCHITECTURE.md "Contracts between stages").
 PRESETS: dict[str, dict[str, Any]] = {
@@ -29,11 +33,6 @@ PRESETS: dict[str, dict[str, Any]] = {
         "loss.kl_coef": 0.02, "loss.clip_low": 3e-4, "loss.clip_high": 4e-4,
         "loss.aggregation": "seq_mean_token_mean"},
 }
-
-
-def _defaults(settings_cls) -> dict[str, Any]:
-  """Field -> default of a frozen settings dataclass."""
-  return {f.name: getattr(settings_cls(), f.name) for f in dataclasses.fields(settings_cls)}
 
 
 def make_base_config() -> ml_collections.ConfigDict:
@@ -63,22 +62,21 @@ def make_base_config() -> ml_collections.ConfigDict:
       # none | full | dots | dots_no_batch (models/remat.py): per-block rematerialisation of the
       # training forward (the update's differentiated pass; never the sampler's cached passes).
       # dots_no_batch keeps the weight matmuls' outputs and recomputes attention.
-      remat=remat_lib.TRAINING_DEFAULT,
+      remat=model_settings.REMAT_TRAINING_DEFAULT,
   )
   c.env = dict(
       name="travel",  # travel | research (arenarl_jax/envs/base.py registry)
       seed=0,  # world, tasks and expert trajectories are deterministic from it
-      tool_max_chars=5000,  # tool outputs are cut to this many characters (the reference: 5,000)
-      reference_error_rate=0.3,  # the expert's error rate in evaluation references (SFT: 0)
-      travel=dict(  # keys only the travel environment takes (envs/base.py COMMON_KEYS: the rest)
-          train_per_subtask=250,  # training tasks per subtask (5 subtasks)
-          test_per_subtask=50,  # test tasks per subtask (the paper's test set: 5 x 50)
-      ),
-      research=dict(cache_dir=""),  # corpus cache; "" = $ARENARL_RESEARCH_CACHE or ~/.cache
+      # tool_max_chars, reference_error_rate: every environment takes them (envs/settings.py)
+      **defaults(env_settings.CommonSettings),
       tools="inprocess",  # inprocess | mcp (arenarl_jax/envs/tool_sources.py)
       schemas="full",  # full | compact: tool schemas the policy is shown (envs/compact_schemas.py)
-      mcp=_defaults(mcp_client.McpClientConfig),  # env.tools=mcp: server command, limits, name_map
+      mcp=defaults(env_settings.McpClientConfig),  # env.tools=mcp: server command, limits, name_map
   )
+  # env.<name>: the keys only that environment takes (env.travel.train_per_subtask, ...).
+  for name, spec in env_settings.ENVIRONMENTS.items():
+    if spec.settings is not None:
+      c.env[name] = defaults(spec.settings)
   c.data = dict(  # arenarl_jax/data: TFDS array_record datasets read with grain
       source="env",  # env (tasks + expert from env.name/env.seed) | import (reference jsonl)
       dir="",  # where datasets are built; "" = $ARENARL_JAX_CACHE/datasets (~/.cache/arenarl_jax)
@@ -111,18 +109,19 @@ def make_base_config() -> ml_collections.ConfigDict:
       topology="single_elimination",  # anchor|round_robin|swiss|double_elimination|single_elimination
       failure_threshold=0.25,  # share of failed matches in one step that stops the run
   )
-  # judge.<backend> sections mirror the backends' own frozen settings classes, field for field,
-  # so a config can set everything a backend takes and nothing it does not.
   c.judge = dict(
       backend="rubric",  # http | flax | rubric (see arenarl_jax/judges/__init__.py)
-      rubric="travel",  # travel | deep_research | path to a rubric JSON file
+      # "" = the environment's rubric (env.name's: travel, deep_research); a built-in name must
+      # be that one; a path to a rubric JSON file overrides it (judges/settings.py resolve_rubric)
+      rubric="",
       compact=False,  # verdict = dimension scores only (small judges); full = overall + winner too
       seed=0,
-      render=_defaults(render.RenderLimits),
-      http=_defaults(http.HttpJudgeConfig),  # API key: judge.http.api_key_env names the variable
-      flax=_defaults(flax_judge.FlaxJudgeConfig),
-      noise=_defaults(rubric_judge.NoiseModel),
   )
+  # judge.<section> mirrors a backend's frozen settings class field for field (render, http,
+  # flax, noise; judges/settings.py SECTIONS), so a config can set everything a backend takes and
+  # nothing it does not. The HTTP API key: judge.http.api_key_env names the variable.
+  for name, settings_cls in judge_settings.SECTIONS.items():
+    c.judge[name] = defaults(settings_cls)
   c.sft = dict(  # arenarl_jax/sft/stage.py: supervised cold start on the expert's conversations
       steps=0,  # optimizer updates; 0 = no SFT stage (batch: data.sft_batch_size x sft_seq_len)
       lr=1e-3, schedule="cosine", warmup_steps=10, weight_decay=0.0, b1=0.9, b2=0.98,
@@ -130,7 +129,7 @@ def make_base_config() -> ml_collections.ConfigDict:
       accumulation_steps=1,  # micro-batches per update
       log_every=10,  # steps between metric rows (and the progress bar's loss)
   )
-  c.eval = _defaults(evaluate.EvalSettings)  # arenarl_jax/eval/compare.py: when, how many, intervals
+  c.eval = defaults(eval_settings.EvalSettings)  # eval/settings.py: when, how many, intervals
   c.advantage = dict(source="arena")  # arena | pointwise
   c.loss = dict(
       ratio="token",  # token | sequence (GSPO)
@@ -216,9 +215,12 @@ NOISY_RUBRIC_JUDGE = {"pointwise_std": 1.0, "pairwise_std": 1.0, "position_bias"
                       "saturation": 0.8, "saturation_knee": 8.0}
 
 
-def use_noisy_rubric_judge(config: ml_collections.ConfigDict, rubric: str) -> None:
-  """Judges training with the environment's rubric judge under ``NOISY_RUBRIC_JUDGE`` (in place)."""
+def use_noisy_rubric_judge(config: ml_collections.ConfigDict) -> None:
+  """Judges training with the environment's rubric judge under ``NOISY_RUBRIC_JUDGE`` (in place).
+
+  ``judge.rubric`` stays "" (the environment's), so the judge follows ``env.name``.
+  """
   config.judge.backend = "rubric"
-  config.judge.rubric = rubric
+  config.judge.rubric = ""
   for key, value in NOISY_RUBRIC_JUDGE.items():
     config.judge.noise[key] = value

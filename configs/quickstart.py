@@ -41,7 +41,7 @@ def get_config(arg=None):
   c.model.init.vocab_size = 4096
   c.env.name = "travel"
   c.env.schemas = "compact"  # names, argument names and types: ~600 fewer prompt tokens
-  config_tree.use_noisy_rubric_judge(c, "travel")  # the stated noise model
+  config_tree.use_noisy_rubric_judge(c)  # the stated noise model, on the environment's rubric
   c.tournament.topology = args.topology
 
   c.data.sft_seq_len = 1856

@@ -56,7 +56,6 @@ def get_config(arg=None):
   c.env.name = "travel"
   c.env.schemas = "full"
   c.judge.backend = "http"
-  c.judge.rubric = "travel"
   c.judge.http.base_url = args.judge_url
   c.judge.http.model = args.judge_model
   c.judge.http.api_key_env = API_KEY_ENV

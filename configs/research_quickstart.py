@@ -34,7 +34,7 @@ def get_config(arg=None):
   c.model.init.vocab_size = 4096
   c.env.name = "research"
   c.env.schemas = "compact"
-  config_tree.use_noisy_rubric_judge(c, "deep_research")  # the stated noise model
+  config_tree.use_noisy_rubric_judge(c)  # the stated noise model, on the environment's rubric
   c.tournament.topology = args.topology
 
   c.data.sft_seq_len = 2048

@@ -32,7 +32,7 @@ def get_config(arg=None):
   c.model.init.preset = ""  # load model.source (weights and tokenizer), no from-scratch model
   c.env.name = "travel"
   c.env.schemas = "compact"
-  config_tree.use_noisy_rubric_judge(c, "travel")  # the stated noise model
+  config_tree.use_noisy_rubric_judge(c)  # the stated noise model, on the environment's rubric
   c.tournament.topology = args.topology
 
   c.data.sft_seq_len = 3072

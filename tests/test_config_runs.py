@@ -8,6 +8,7 @@ import json
 import math
 import os
 import sys
+import types
 
 import jax
 import numpy as np
@@ -115,7 +116,7 @@ def test_smollm2_travel_smoke_pipeline(tmp_path, data_dir, capsys):
 # -------------------------------------------------------------------------- research_quickstart
 def test_research_smoke_reports_valid_rate_before_and_after(tmp_path, data_dir, capsys):
   config = smoke(research_quickstart, data_dir)
-  assert config.env.name == "research" and config.judge.rubric == "deep_research"
+  assert config.env.name == "research" and config.judge.rubric == ""  # the environment's
   pipeline.pipeline(config, str(tmp_path))
   out = capsys.readouterr().out
   result = result_of(out)
@@ -195,7 +196,7 @@ def test_qwen3_pod_loading_path_reads_an_hf_dir_and_names_what_is_missing(tmp_pa
     policy_lib.make_policy(missing, str(tmp_path / "run2"))
   monkeypatch.delenv(qwen3_8b_pod.API_KEY_ENV, raising=False)
   with pytest.raises(Exception, match=qwen3_8b_pod.API_KEY_ENV):
-    pipeline.make_training_judge(config, None)
+    pipeline.make_training_judge(config, types.SimpleNamespace(rubric="travel"))
 
 
 def test_qwen3_pod_smoke_on_a_three_axis_mesh_then_rl_step_from_it(tmp_path, data_dir, capsys):

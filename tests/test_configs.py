@@ -8,6 +8,8 @@ from absl import flags
 from ml_collections import config_flags
 
 from arenarl_jax import config_tree
+from arenarl_jax.envs import settings as env_settings
+from arenarl_jax.judges import settings as judge_settings
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 CONFIG_FILES = sorted(glob.glob(os.path.join(ROOT, "configs", "*.py")))
@@ -111,7 +113,9 @@ def test_cli_overrides_and_typos():
                                          ("research_quickstart", "deep_research")])
 def test_cpu_configs_train_against_the_stated_noise_model(name, rubric):
   c = _load(os.path.join(ROOT, "configs", f"{name}.py")).get_config()
-  assert (c.judge.backend, c.judge.rubric) == ("rubric", rubric)
+  # judge.rubric "" is the environment's rubric: the judge cannot score another world's rubric.
+  assert (c.judge.backend, c.judge.rubric) == ("rubric", "")
+  assert judge_settings.resolve_rubric(c.judge.rubric, env_settings.rubric_of(c.env.name)) == rubric
   noise = {k: c.judge.noise[k] for k in ("pointwise_std", "pairwise_std", "position_bias",
                                          "saturation", "saturation_knee")}
   # The values the quickstart's docstring and the README state.

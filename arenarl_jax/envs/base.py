@@ -17,6 +17,9 @@ from typing import Any, Callable, Mapping, Protocol, Sequence, runtime_checkable
 import numpy as np
 
 from arenarl_jax import types
+from arenarl_jax.envs import settings as env_settings
+from arenarl_jax.envs.settings import COMMON_KEYS  # noqa: F401 (env.* keys every environment takes)
+from arenarl_jax.settings import section_dict, settings_from_config
 
 # error_kind values shared by every tool source (metrics group tool errors by these).
 UNKNOWN_TOOL = "unknown_tool"  # no tool of that name
@@ -141,14 +144,15 @@ def make_environment(name: str, seed: int = 0, **kwargs: Any) -> Environment:
   return _REGISTRY[name](seed=seed, **kwargs)
 
 
-# env.* keys every environment takes; env.<name> holds the keys only that environment takes.
-COMMON_KEYS = ("tool_max_chars", "reference_error_rate")
-
-
 def make_environment_from_config(env_config: Mapping[str, Any]) -> Environment:
-  """The environment of a run's ``env`` config section (``name``, ``seed``, common keys and the
-  ``env.<name>`` section)."""
+  """The environment of a run's ``env`` config section (``name``, ``seed``, the keys every
+  environment takes and the ``env.<name>`` section, checked against its registered settings)."""
   name = env_config["name"]
-  kwargs = {k: env_config[k] for k in COMMON_KEYS if k in env_config}
-  kwargs.update(dict(env_config.get(name, None) or {}))
+  kwargs = {k: env_config[k] for k in env_settings.COMMON_KEYS if k in env_config}
+  own = env_config.get(name, None)
+  spec = env_settings.ENVIRONMENTS.get(name)
+  if spec is not None and spec.settings is not None:
+    kwargs.update(dataclasses.asdict(settings_from_config(spec.settings, own, f"env.{name}")))
+  else:  # an environment without registered settings takes its section's keys as they are
+    kwargs.update(section_dict(own, f"env.{name}"))
   return make_environment(name, int(env_config["seed"]), **kwargs)

@@ -18,9 +18,9 @@ import time
 from typing import Any, Callable, Mapping, Sequence
 
 from arenarl_jax.envs import base
+from arenarl_jax.envs.settings import DEFAULT_MAX_CHARS  # noqa: F401 (re-exported)
 from arenarl_jax.text import tool_calls as tc
 
-DEFAULT_MAX_CHARS = 5000  # the reference cuts tool outputs to 5,000 characters
 TRUNCATION_NOTE = "\n...[truncated: {n} more characters]"
 
 

@@ -50,6 +50,7 @@ from mcp import ClientSession, McpError, StdioServerParameters
 from mcp.client.stdio import stdio_client
 
 from arenarl_jax.envs import base, inprocess
+from arenarl_jax.envs.settings import McpClientConfig  # noqa: F401 (re-exported)
 from arenarl_jax.envs.mcp_server import ERROR_KIND_META
 
 log = logging.getLogger(__name__)
@@ -57,22 +58,6 @@ _EXIT_POLL_S = 0.1  # how often an idle connection checks that its server is sti
 
 # A text the in-process source already cut ends with its note; cutting it again would change it.
 _TRUNCATED_RE = re.compile(r"\n\.\.\.\[truncated: \d+ more characters\]\Z")
-
-
-@dataclasses.dataclass(frozen=True)
-class McpClientConfig:
-  """Settings of one MCP server connection (the ``env.mcp`` config section, field for field)."""
-
-  command: str = ""  # shell-style command line; "" = serve env.name/env.seed from this package
-  concurrency: int = 16  # calls in flight at once
-  timeout_s: float = 30.0  # per call, from when it got its slot; <= 0: no limit
-  retries: int = 2  # extra attempts at reaching a live server
-  backoff_s: float = 0.2  # delay before the first retry, doubled each time
-  connect_timeout_s: float = 60.0  # spawn + initialize + tools/list
-  cache_size: int = 4096  # cached successful results; 0 = no cache
-  name_map: str = ""  # JSON object {"paper_tool_name": "server_tool_name"}; "" = same names
-  inherit_env: str = "PYTHONPATH"  # comma-separated variables passed on besides the SDK's safe set
-  max_chars: int = inprocess.DEFAULT_MAX_CHARS  # result text cut to this many characters
 
 
 def parse_name_map(name_map: str | Mapping[str, str] | None) -> dict[str, str]:

@@ -12,6 +12,7 @@ import sys
 from typing import Any, Mapping
 
 from arenarl_jax.envs import base, mcp_client
+from arenarl_jax.settings import settings_from_config
 
 TOOL_SOURCES = ("inprocess", "mcp")
 
@@ -22,10 +23,6 @@ def server_command(env_name: str, seed: int) -> list[str]:
           "--seed", str(int(seed))]
 
 
-def _as_dict(section: Any) -> dict[str, Any]:
-  return dict(section.to_dict() if hasattr(section, "to_dict") else section)
-
-
 def make_tool_source(config: Any) -> base.ToolSource:
   """The tool source of a config (a ConfigDict or mapping with an ``env`` section)."""
   env = config["env"] if isinstance(config, Mapping) else config.env
@@ -33,12 +30,7 @@ def make_tool_source(config: Any) -> base.ToolSource:
   if kind == "inprocess":
     return base.make_environment_from_config(env).tool_source()
   if kind == "mcp":
-    settings = _as_dict(env["mcp"])
-    fields = {f.name for f in mcp_client.McpClientConfig.__dataclass_fields__.values()}
-    unknown = sorted(set(settings) - fields)
-    if unknown:
-      raise ValueError(f"env.mcp: unknown key(s) {unknown}; known: {sorted(fields)}")
-    mcp_config = mcp_client.McpClientConfig(**settings)
+    mcp_config = settings_from_config(mcp_client.McpClientConfig, env["mcp"], "env.mcp")
     command = mcp_config.command or server_command(env["name"], env["seed"])
     return mcp_client.McpToolSource(command, mcp_config)
   raise ValueError(f"env.tools: unknown tool source {kind!r}; known: {list(TOOL_SOURCES)}")

@@ -3,22 +3,28 @@
 ``config`` is the ``judge`` ConfigDict (or a plain dict)::
 
   backend: "http" | "rubric" | ...   (a key of BACKENDS)
-  rubric:  "travel" | "deep_research" | path to a rubric JSON file
+  rubric:  "" (the environment's: make_judge(..., env_rubric=env.rubric)) | "travel" |
+           "deep_research" | path to a rubric JSON file (settings.resolve_rubric)
   compact: bool                       (compact verdict schema: dimension scores only)
   seed:    int
   render:  RenderLimits fields        (judge.render.max_tool_result_chars, ...)
   http:    HttpJudgeConfig fields     (judge.http.base_url, .model, .api_key_env, ...)
+  flax:    FlaxJudgeConfig fields     (judge.flax.model, .mode, ...)
   noise:   NoiseModel fields          (judge.noise.pointwise_std, ...; backend "rubric")
 
-Backends are imported lazily (importing this package loads no HTTP or model code).
+The sections are ``settings.SECTIONS`` (``config_tree`` generates them from it). Backends are
+imported lazily: importing this package loads no HTTP, array or model code.
 """
 from __future__ import annotations
 
-import dataclasses
 import importlib
-from typing import Any, Callable, Mapping
+from typing import TYPE_CHECKING, Any, Callable, Mapping
 
-from arenarl_jax.types import Judge
+from arenarl_jax.judges import settings as judge_settings
+from arenarl_jax.settings import section_dict, settings_from_config
+
+if TYPE_CHECKING:  # the protocol only annotates here; types.py imports numpy
+  from arenarl_jax.types import Judge
 
 # name -> "module:factory"; factory(config: dict, **kwargs) -> Judge.
 BACKENDS: dict[str, str | Callable[..., Judge]] = {
@@ -28,16 +34,25 @@ BACKENDS: dict[str, str | Callable[..., Judge]] = {
 }
 
 
-def register_backend(name: str, factory: str | Callable[..., Judge]) -> None:
-  """Adds a backend: ``factory`` is a callable or a lazy "module:function" path."""
+def register_backend(name: str, factory: str | Callable[..., Judge],
+                     settings: type | None = None) -> None:
+  """Adds a backend: ``factory`` is a callable or a lazy "module:function" path; ``settings``
+  (a frozen dataclass) declares its ``judge.<name>`` section for configs made afterwards."""
   if name in BACKENDS:
     raise ValueError(f"judge backend {name!r} is already registered")
+  if settings is not None:
+    judge_settings.register_section(name, settings)
   BACKENDS[name] = factory
 
 
-def make_judge(config: Any, **kwargs) -> Judge:
-  """The judge ``config.backend`` names; ``kwargs`` pass objects a config cannot hold (checker)."""
-  cfg = as_dict(config, "judge")
+def make_judge(config: Any, *, env_rubric: str | None = None, **kwargs) -> Judge:
+  """The judge ``config.backend`` names; ``kwargs`` pass objects a config cannot hold (checker).
+
+  ``env_rubric``: the environment's rubric (``env.rubric``), used when ``judge.rubric`` is "" and
+  checked against it otherwise (``settings.resolve_rubric``).
+  """
+  cfg = section_dict(config, "judge")
+  cfg["rubric"] = judge_settings.resolve_rubric(cfg.get("rubric"), env_rubric)
   backend = cfg.get("backend")
   if backend not in BACKENDS:
     raise ValueError(f"judge.backend must be one of {sorted(BACKENDS)}, got {backend!r}")
@@ -52,9 +67,9 @@ def make_http_judge(cfg: Mapping[str, Any]) -> Judge:
   """``backend="http"``: an OpenAI-compatible endpoint."""
   from arenarl_jax.judges import http, render  # pylint: disable=g-import-not-at-top
   return http.HttpJudge(
-      from_config(http.HttpJudgeConfig, cfg.get("http"), "judge.http"),
-      rubric=cfg.get("rubric", "travel"), compact=bool(cfg.get("compact", False)),
-      limits=from_config(render.RenderLimits, cfg.get("render"), "judge.render"))
+      settings_from_config(http.HttpJudgeConfig, cfg.get("http"), "judge.http"),
+      rubric=rubric_name(cfg), compact=bool(cfg.get("compact", False)),
+      limits=settings_from_config(render.RenderLimits, cfg.get("render"), "judge.render"))
 
 
 def make_rubric_judge(cfg: Mapping[str, Any], checker: Callable[..., Any] | None = None) -> Judge:
@@ -63,28 +78,15 @@ def make_rubric_judge(cfg: Mapping[str, Any], checker: Callable[..., Any] | None
   if checker is None:
     raise ValueError("judge.backend='rubric' needs make_judge(config, checker=...): a callable "
                      "trajectory -> {'path': {dim: 0-10}, 'answer': {dim: 0-10}}")
-  return rubric_judge.RubricJudge(
-      checker, rubric=cfg.get("rubric", "travel"),
-      noise=from_config(rubric_judge.NoiseModel, cfg.get("noise"), "judge.noise"),
-      seed=int(cfg.get("seed", 0)))
+  noise = settings_from_config(rubric_judge.NoiseModel, cfg.get("noise"), "judge.noise")
+  return rubric_judge.RubricJudge(checker, rubric=rubric_name(cfg), noise=noise,
+                                  seed=int(cfg.get("seed", 0)))
 
 
-def as_dict(config: Any, where: str) -> dict[str, Any]:
-  """A plain dict from a ConfigDict, a mapping or None."""
-  if config is None:
-    return {}
-  if hasattr(config, "to_dict"):
-    return config.to_dict()
-  if isinstance(config, Mapping):
-    return dict(config)
-  raise TypeError(f"{where}: expected a ConfigDict or a mapping, got {type(config).__name__}")
-
-
-def from_config(cls: type, config: Any, where: str):
-  """``cls(**config)`` for a frozen-dataclass settings type; unknown keys name ``where.key``."""
-  values = as_dict(config, where)
-  names = {f.name for f in dataclasses.fields(cls)}
-  unknown = sorted(set(values) - names)
-  if unknown:
-    raise ValueError(f"{where}: unknown key(s) {unknown}; allowed: {sorted(names)}")
-  return cls(**values)
+def rubric_name(cfg: Mapping[str, Any]) -> str:
+  """The rubric of a resolved judge section; "" with no environment to take it from is an error."""
+  rubric = cfg.get("rubric") or ""
+  if not rubric:
+    raise ValueError("judge.rubric is '' (the environment's rubric) but no environment was given: "
+                     "call make_judge(config, env_rubric=env.rubric) or set judge.rubric")
+  return rubric

@@ -59,62 +59,15 @@ from arenarl_jax.judges import flax_reads
 from arenarl_jax.judges import flax_sharing
 from arenarl_jax.judges import render
 from arenarl_jax.judges import rubric as rubric_lib
+from arenarl_jax.judges.settings import FlaxJudgeConfig
+from arenarl_jax.settings import section_dict, settings_from_config
 from arenarl_jax.judges import stats
 from arenarl_jax.judges import verdict as verdict_lib
-from arenarl_jax.models import attention_choice
 from arenarl_jax.sampling import buckets as bucketing
 from arenarl_jax.types import Match, MatchResult, Trajectory
 
-MODES = ("logit", "generative")
+FAILED = 0.0  # each side of a failed match (ignored by the tournament: MatchResult docs)
 _MAX_REFITS = 6  # re-renders with smaller character limits before a prompt counts as too long
-
-
-@dataclasses.dataclass(frozen=True)
-class FlaxJudgeConfig:
-  """Settings of the local judge (``judge.flax`` in configs)."""
-
-  model: str = "smollm2"  # make_flax_judge loads it: "smollm2", a .gguf file or an HF directory
-  attention: str = "auto"  # the loaded model's attention (model.attention's choices)
-  mode: str = "logit"  # one of MODES
-  # Prompts per compiled call (memory: rows x cache slots x layers); 8 measured faster per match
-  # than 4 on CPU with the attention kernel (benchmarks/README.md).
-  max_rows: int = 8
-  max_user_tokens: int = 2048  # token budget of a prompt's match-specific part
-  min_bucket: int = 64  # smallest padded length of that part (buckets double from it ...)
-  bucket_step: int = 128  # ... up to 2*bucket_step, then grow by it (0: powers of two only)
-  # Logit mode: that part runs in blocks this long (with the reference attention: less masked
-  # attention; on the CPU kernel, 128 measured faster than 256).
-  block_tokens: int = 128
-  # Logit mode: rows of one call that begin with at least this many equal tokens (in a
-  # tournament, the matches that show the same trajectory first) run that part once
-  # (judges/flax_sharing.py) when that runs fewer padded tokens; 0 = never.
-  min_shared_tokens: int = 64
-  # generative without constraints: verdict bound (full travel verdict ~180 SmolLM2 tokens); the
-  # constrained verdict has a fixed length (~120-134 tokens for travel).
-  max_new_tokens: int = 384
-  temperature: float = 0.0  # generative: 0 = greedy
-  # generative: decode under the compact verdict's grammar (flax_constrained), so every reply
-  # parses; False decodes freely (the verdict shape then follows judge.compact).
-  constrained: bool = True
-  seed: int = 0  # generative sampling with temperature > 0
-
-  def __post_init__(self):
-    if self.mode not in MODES:
-      raise ValueError(f"judge.flax.mode must be one of {MODES}, got {self.mode!r}")
-    attention_choice.check(self.attention, "judge.flax.attention")
-    for name, least in (("max_rows", 1), ("max_user_tokens", 1), ("min_bucket", 1),
-                        ("bucket_step", 0), ("block_tokens", 1), ("max_new_tokens", 1),
-                        ("min_shared_tokens", 0)):
-      value = getattr(self, name)
-      if isinstance(value, bool) or not isinstance(value, int) or value < least:
-        raise ValueError(f"judge.flax.{name} must be an int >= {least}, got {value!r}")
-    if self.min_bucket > self.max_user_tokens:
-      raise ValueError(f"judge.flax.min_bucket={self.min_bucket} exceeds max_user_tokens="
-                       f"{self.max_user_tokens}")
-    if not isinstance(self.constrained, bool):
-      raise ValueError(f"judge.flax.constrained must be true or false, got {self.constrained!r}")
-    if self.temperature < 0:
-      raise ValueError(f"judge.flax.temperature must be >= 0, got {self.temperature}")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -179,10 +132,14 @@ class FlaxJudge:
     for k in range(len(matches)):
       (fwd, e1, d1), (bwd, e2, d2) = agents[2 * k], agents[2 * k + 1]
       if fwd is None or bwd is None:
-        results.append(verdict_lib.failed(e1, e2, requests=2))
+        error = "; ".join(f"{d}: {e}" for d, e in (("forward", e1), ("backward", e2)) if e)
+        results.append(MatchResult(FAILED, FAILED, ok=False, error=error, requests=2))
         continue
-      self.metrics.orders(fwd, bwd)
-      results.append(verdict_lib.combine_scores(fwd, bwd, requests=2, detail=_merge(d1, d2)))
+      (fa, fb), (ba, bb) = fwd, bwd
+      detail = {"forward": (fa, fb), "backward": (ba, bb), **_merge(d1, d2)}
+      self.metrics.orders((fa, fb), (ba, bb))
+      results.append(MatchResult(score_p=fa + bb, score_q=fb + ba, ok=True, error=None,
+                                 requests=2, detail=detail))
     self._account(len(results), sum(not r.ok for r in results), requests=2 * len(results))
     return results
 
@@ -379,17 +336,17 @@ def _merge(d1: dict, d2: dict) -> dict:
 def make_flax_judge(cfg: Any, model: nnx.Module | None = None, tokenizer=None) -> FlaxJudge:
   """``backend="flax"``: ``judge.flax`` settings; ``model``/``tokenizer`` given or loaded."""
   from arenarl_jax import judges  # pylint: disable=g-import-not-at-top
-  cfg = judges.as_dict(cfg, "judge")
-  config = judges.from_config(FlaxJudgeConfig, cfg.get("flax"), "judge.flax")
+  cfg = section_dict(cfg, "judge")
+  config = settings_from_config(FlaxJudgeConfig, cfg.get("flax"), "judge.flax")
+  limits = settings_from_config(render.RenderLimits, cfg.get("render"), "judge.render")
   if (model is None) != (tokenizer is None):
     raise ValueError("make_judge(backend='flax'): pass both model= and tokenizer=, or neither "
                      "(then judge.flax.model is loaded)")
+  rubric = judges.rubric_name(cfg)  # before loading a model for nothing
   if model is None:
     model, tokenizer = load_judge_model(config.model, config.attention)
-  return FlaxJudge(model, tokenizer, config, rubric=cfg.get("rubric", "travel"),
-                   compact=bool(cfg.get("compact", False)),
-                   limits=judges.from_config(render.RenderLimits, cfg.get("render"),
-                                             "judge.render"))
+  return FlaxJudge(model, tokenizer, config, rubric=rubric,
+                   compact=bool(cfg.get("compact", False)), limits=limits)
 
 
 def load_judge_model(source: str, attention: str = "auto"):

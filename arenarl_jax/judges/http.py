@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
-import dataclasses
 import os
 import random
 import time
@@ -34,14 +33,16 @@ import numpy as np
 from arenarl_jax.judges import cache as cache_lib
 from arenarl_jax.judges import render
 from arenarl_jax.judges import rubric as rubric_lib
+from arenarl_jax.judges.settings import (  # noqa: F401 (re-exported: the backend's names)
+    RESPONSE_FORMATS, HttpJudgeConfig, JudgeConfigError)
 from arenarl_jax.judges import stats
 from arenarl_jax.judges import verdict as verdict_lib
 from arenarl_jax.types import Match, MatchResult, Trajectory
 
-RESPONSE_FORMATS = ("none", "json_object", "json_object_schema", "json_schema", "gbnf")
 # The next weaker format after a server rejected one.
 FORMAT_FALLBACK = {"gbnf": "json_schema", "json_schema": "json_object_schema",
                    "json_object_schema": "json_object", "json_object": "none"}
+FAILED = 0.0  # score of each side of a failed match (ignored by the tournament)
 REPAIR = ("Your previous reply to this request could not be used. Reply again with exactly one "
           "JSON object of the shape above and nothing else: no text, no code fence.")
 
@@ -50,49 +51,8 @@ class JudgeAuthError(RuntimeError):
   """The judge server rejected the credentials (HTTP 401/403)."""
 
 
-class JudgeConfigError(RuntimeError):
-  """The judge is misconfigured (missing key variable, wrong URL or model, bad option)."""
-
-
 class JudgeFailureError(RuntimeError):
   """Too many matches of a batch failed (``max_failure_rate``)."""
-
-
-@dataclasses.dataclass(frozen=True)
-class HttpJudgeConfig:
-  """Settings of the HTTP judge (``judge.http`` in configs)."""
-
-  base_url: str = "http://127.0.0.1:8000/v1"
-  model: str = "judge"
-  api_key_env: str = ""  # NAME of the environment variable holding the key; "" = no key
-  response_format: str = "json_schema"  # one of RESPONSE_FORMATS (weaker ones on rejection)
-  temperature: float = 0.0
-  retry_temperature: float = 0.7  # used when re-asking after an unparseable reply
-  max_tokens: int = 1024
-  max_concurrency: int = 16
-  timeout_s: float = 120.0  # per request, total
-  max_retries: int = 5  # re-sends after transport faults, per request
-  parse_retries: int = 2  # re-asks after an unparseable reply, per request
-  backoff_s: float = 1.0  # first backoff; doubles per retry, times a jitter in [0.5, 1]
-  backoff_max_s: float = 30.0
-  cache_dir: str = ""  # "" = no cache
-  max_failure_rate: float = 1.0  # raise JudgeFailureError above this failed fraction of a batch
-  seed: int = 0  # jitter RNG
-
-  def __post_init__(self):
-    if self.response_format not in RESPONSE_FORMATS:
-      raise JudgeConfigError(f"judge.http.response_format must be one of {RESPONSE_FORMATS}, "
-                             f"got {self.response_format!r}")
-    for name in ("max_tokens", "max_concurrency"):
-      if getattr(self, name) < 1:
-        raise JudgeConfigError(f"judge.http.{name} must be >= 1, got {getattr(self, name)}")
-    for name in ("max_retries", "parse_retries"):
-      if getattr(self, name) < 0:
-        raise JudgeConfigError(f"judge.http.{name} must be >= 0, got {getattr(self, name)}")
-    if not self.timeout_s > 0:
-      raise JudgeConfigError(f"judge.http.timeout_s must be > 0, got {self.timeout_s}")
-    if not 0 <= self.max_failure_rate <= 1:
-      raise JudgeConfigError("judge.http.max_failure_rate must be in [0, 1]")
 
 
 class _Secret:
@@ -200,7 +160,8 @@ class HttpJudge:
     for k in range(len(matches)):
       (fwd, e1, n1), (bwd, e2, n2) = answers[2 * k], answers[2 * k + 1]
       if fwd is None or bwd is None:
-        results.append(verdict_lib.failed(e1, e2, requests=n1 + n2))
+        error = "; ".join(f"{d}: {e}" for d, e in (("forward", e1), ("backward", e2)) if e)
+        results.append(MatchResult(FAILED, FAILED, ok=False, error=error, requests=n1 + n2))
       else:
         results.append(verdict_lib.combine(fwd, bwd, requests=n1 + n2))
         self.metrics.orders((fwd.a.combined, fwd.b.combined), (bwd.a.combined, bwd.b.combined))

@@ -23,6 +23,7 @@ import unicodedata
 from typing import Any
 
 from arenarl_jax.judges import rubric as rubric_lib
+from arenarl_jax.judges.settings import RenderLimits  # noqa: F401 (re-exported)
 from arenarl_jax.types import Trajectory
 
 NO_REPLY = "no reply"
@@ -39,25 +40,6 @@ _BRACKETS = ("\u2039\u3008\u2329\u27e8\u27ea\u300a\u02c2\u1438\u276e\u276c\u2770
 _FOLD = str.maketrans({c: "<" for c in _BRACKETS})
 _SURROGATE_RE = re.compile(r"[\ud800-\udfff]")
 _CONTROL_RE = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f]")
-
-
-@dataclasses.dataclass(frozen=True)
-class RenderLimits:
-  """Character budgets (about 4 characters per token) for each field and for a whole path."""
-
-  max_query_chars: int = 4000
-  max_reasoning_chars: int = 1500
-  max_message_chars: int = 1500
-  max_tool_call_chars: int = 600
-  max_tool_result_chars: int = 1500
-  max_answer_chars: int = 6000
-  max_path_chars: int = 16000
-
-  def __post_init__(self):
-    for f in dataclasses.fields(self):
-      v = getattr(self, f.name)
-      if isinstance(v, bool) or not isinstance(v, int) or v < 16:
-        raise ValueError(f"RenderLimits.{f.name} must be an int >= 16, got {v!r}")
 
 
 @dataclasses.dataclass(frozen=True)

@@ -17,40 +17,17 @@ match's position in the batch, so the same seed and the same calls give the same
 """
 from __future__ import annotations
 
-import dataclasses
 from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
 
 from arenarl_jax.judges import rubric as rubric_lib
+from arenarl_jax.judges.settings import NoiseModel  # noqa: F401 (re-exported)
 from arenarl_jax.judges import stats
 from arenarl_jax.judges import verdict as verdict_lib
 from arenarl_jax.types import Match, MatchResult, Trajectory
 
 Checker = Callable[[Trajectory], Mapping[str, Mapping[str, float]]]
-
-
-@dataclasses.dataclass(frozen=True)
-class NoiseModel:
-  """How the programmatic judge deviates from the checker's truth (all zero = a perfect judge)."""
-
-  pointwise_std: float = 0.0
-  pairwise_std: float = 0.0
-  position_bias: float = 0.0
-  saturation_knee: float = 8.0
-  saturation: float = 0.0  # 0 = none, 1 = every score above the knee looks like the knee
-  saturate_pairwise: bool = False
-  integer_scores: bool = True
-
-  def __post_init__(self):
-    for name in ("pointwise_std", "pairwise_std"):
-      if not getattr(self, name) >= 0:
-        raise ValueError(f"NoiseModel.{name} must be >= 0, got {getattr(self, name)}")
-    if not 0 <= self.saturation <= 1:
-      raise ValueError(f"NoiseModel.saturation must be in [0, 1], got {self.saturation}")
-    if not 0 <= self.saturation_knee <= 10:
-      raise ValueError(f"NoiseModel.saturation_knee must be in [0, 10], got "
-                       f"{self.saturation_knee}")
 
 
 class RubricJudge:

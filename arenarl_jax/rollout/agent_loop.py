@@ -44,6 +44,7 @@ from arenarl_jax import types
 from arenarl_jax.envs import base
 from arenarl_jax.sampling.sampler import SamplingSettings, finish_reasons, token_lists
 from arenarl_jax.sampling.buckets import bucket_length
+from arenarl_jax.settings import settings_from_config
 
 FINAL_NOTE = ("You have used all your tool calls. Answer the user now with what you know, "
               "without calling any tool.")
@@ -75,10 +76,8 @@ class RolloutSettings:
   @classmethod
   def from_config(cls, config) -> "RolloutSettings":
     """From ``config.rollout`` plus ``config.sampling.max_turns``."""
-    r = config.rollout
-    return cls(max_turns=config.sampling.max_turns, max_total_tokens=r.max_total_tokens,
-               max_observation_tokens=r.max_observation_tokens, tool_timeout_s=r.tool_timeout_s,
-               max_concurrent_calls=r.max_concurrent_calls, system=r.system)
+    return settings_from_config(cls, config.rollout, "rollout",
+                                max_turns=config.sampling.max_turns)
 
 
 @dataclasses.dataclass

@@ -13,6 +13,7 @@ import numpy as np
 
 from arenarl_jax import types
 from arenarl_jax.envs import base, inprocess
+from arenarl_jax.envs import settings as env_settings
 from arenarl_jax.envs.research import checker as checker_lib
 from arenarl_jax.envs.research import corpus as corpus_lib
 from arenarl_jax.envs.research import expert as expert_lib
@@ -26,7 +27,7 @@ class ResearchEnvironment:
   """Search-and-write research tasks over the standard library's documentation."""
 
   name = "research"
-  rubric = "deep_research"
+  rubric = env_settings.rubric_of("research")
   subtasks = tasks_lib.KINDS
 
   def __init__(self, seed: int = 0, cache_dir: str | None = None,

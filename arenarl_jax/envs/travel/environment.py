@@ -10,6 +10,7 @@ import numpy as np
 from arenarl_jax import types
 from arenarl_jax.envs import base
 from arenarl_jax.envs import inprocess
+from arenarl_jax.envs import settings as env_settings
 from arenarl_jax.envs.travel import checker as checker_lib
 from arenarl_jax.envs.travel import expert as expert_lib
 from arenarl_jax.envs.travel import tasks as tasks_lib
@@ -31,7 +32,7 @@ class TravelEnvironment:
   """
 
   name = "travel"
-  rubric = "travel"
+  rubric = env_settings.rubric_of("travel")
   subtasks = tasks_lib.SUBTASKS
 
   def __init__(self, seed: int = 0, tool_max_chars: int = inprocess.DEFAULT_MAX_CHARS,

@@ -23,13 +23,14 @@ from typing import Any
 import numpy as np
 
 from arenarl_jax.envs import base
+from arenarl_jax.envs import settings as env_settings
 from arenarl_jax.envs.travel import truth as truth_lib
 from arenarl_jax.envs.travel import world as world_lib
 
 SUBTASKS = ("search", "direction", "compare", "one_day", "multi_day")
 SFT_EXCLUDED = ("multi_day",)  # held out of SFT data as a generalization test
-TRAIN_PER_SUBTASK = 250
-TEST_PER_SUBTASK = 50
+TRAIN_PER_SUBTASK = env_settings.TravelSettings.train_per_subtask  # env.travel's defaults
+TEST_PER_SUBTASK = env_settings.TravelSettings.test_per_subtask
 TEST_OFFSET = 900000
 ENV_NAME = "travel"
 

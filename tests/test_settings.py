@@ -1,0 +1,98 @@
+"""Config section <-> settings dataclass: one function, unknown keys named, sections generated
+from the registries, and the judge's rubric tied to the environment's."""
+import dataclasses
+
+import pytest
+
+from arenarl_jax import config_tree
+from arenarl_jax.envs import settings as env_settings
+from arenarl_jax.eval import settings as eval_settings
+from arenarl_jax.judges import settings as judge_settings
+from arenarl_jax.settings import defaults, section_dict, settings_from_config
+
+
+@dataclasses.dataclass(frozen=True)
+class _Example:
+  size: int = 3
+  name: str = "a"
+
+
+def test_settings_from_config_builds_from_configdict_mapping_or_none():
+  c = config_tree.make_base_config()
+  assert settings_from_config(eval_settings.EvalSettings, c.eval, "eval") == (
+      eval_settings.EvalSettings())
+  assert settings_from_config(_Example, {"size": 5}, "x") == _Example(size=5)
+  assert settings_from_config(_Example, None, "x") == _Example()
+  assert settings_from_config(_Example, {"size": 5}, "x", size=7).size == 7  # extra wins
+
+
+def test_settings_from_config_raises_on_an_unknown_key_naming_section_and_key():
+  with pytest.raises(ValueError, match=r"judge\.http: unknown key\(s\) \['max_concurency'\]"):
+    settings_from_config(judge_settings.HttpJudgeConfig, {"max_concurency": 2}, "judge.http")
+  c = config_tree.make_base_config()
+  c.env.travel.train_per_subtaks = 3  # the tree is unlocked: the typo reaches the settings
+  with pytest.raises(ValueError, match=r"env\.travel: unknown key.*train_per_subtaks"):
+    settings_from_config(env_settings.TravelSettings, c.env.travel, "env.travel")
+  with pytest.raises(TypeError, match="list"):
+    section_dict([1], "loss")
+
+
+def test_loss_section_keys_are_never_dropped():
+  from arenarl_jax.rl import losses  # pylint: disable=import-outside-toplevel
+  c = config_tree.make_base_config()
+  assert losses.LossConfig.from_config(c.loss) == losses.LossConfig()
+  with pytest.raises(ValueError, match=r"loss: unknown key\(s\) \['kl_coeff'\]"):
+    losses.LossConfig.from_config({"kl_coeff": 0.1})
+
+
+def test_sections_are_generated_from_the_registries():
+  c = config_tree.make_base_config()
+  for name, cls in judge_settings.SECTIONS.items():
+    assert c.judge[name].to_dict() == defaults(cls), name
+  for name, spec in env_settings.ENVIRONMENTS.items():
+    assert c.env[name].to_dict() == defaults(spec.settings), name
+  assert c.env.mcp.to_dict() == defaults(env_settings.McpClientConfig)
+  assert {k: c.env[k] for k in env_settings.COMMON_KEYS} == defaults(env_settings.CommonSettings)
+  assert set(env_settings.ENVIRONMENTS) == {"travel", "research"}
+
+
+def test_a_registered_judge_backend_gets_its_section(monkeypatch):
+  from arenarl_jax import judges  # pylint: disable=import-outside-toplevel
+  monkeypatch.setattr(judge_settings, "SECTIONS", dict(judge_settings.SECTIONS))
+  monkeypatch.setattr(judges, "BACKENDS", dict(judges.BACKENDS))
+  judges.register_backend("example", lambda cfg: cfg, settings=_Example)
+  assert config_tree.make_base_config().judge.example.to_dict() == {"size": 3, "name": "a"}
+
+
+def test_environment_classes_read_their_rubric_from_the_registry():
+  # pylint: disable=import-outside-toplevel
+  from arenarl_jax.envs.research.environment import ResearchEnvironment
+  from arenarl_jax.envs.travel.environment import TravelEnvironment
+  for env_cls in (TravelEnvironment, ResearchEnvironment):
+    assert env_cls.rubric == env_settings.rubric_of(env_cls.name)
+
+
+def test_judge_rubric_follows_the_environment_or_must_agree():
+  assert judge_settings.resolve_rubric("", "deep_research") == "deep_research"
+  assert judge_settings.resolve_rubric("travel", "travel") == "travel"
+  assert judge_settings.resolve_rubric("/x/my_rubric.json", "travel") == "/x/my_rubric.json"
+  assert judge_settings.resolve_rubric("travel", None) == "travel"
+  with pytest.raises(ValueError, match="judge.rubric='travel' is not the environment's"):
+    judge_settings.resolve_rubric("travel", "deep_research")
+
+
+def test_make_judge_takes_the_environment_rubric():
+  from arenarl_jax import judges  # pylint: disable=import-outside-toplevel
+
+  def checker(trajectory):
+    del trajectory
+    return {"path": {}, "answer": {}}
+
+  c = config_tree.make_base_config()
+  judge = judges.make_judge(c.judge, env_rubric="deep_research", checker=checker)
+  assert judge.rubric.name == "deep_research"
+  with pytest.raises(ValueError, match="no environment was given"):
+    judges.make_judge(c.judge, checker=checker)
+  c.judge.rubric = "travel"
+  with pytest.raises(ValueError, match="not the environment's rubric 'deep_research'"):
+    judges.make_judge(c.judge, env_rubric="deep_research", checker=checker)
