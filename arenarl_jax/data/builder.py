@@ -20,18 +20,12 @@ import ml_collections
 import tensorflow_datasets as tfds
 from tensorflow_datasets.core import example_serializer
 
+from arenarl_jax import cache_dirs
 from arenarl_jax.data import env_examples, importer, records
 from arenarl_jax.envs import base
 
 SOURCES = ("env", "import")
 _VERSION = "1.0.0"
-
-
-def default_data_dir() -> str:
-  """``$ARENARL_JAX_CACHE/datasets``, else ``~/.cache/arenarl_jax/datasets``."""
-  root = os.environ.get("ARENARL_JAX_CACHE") or os.path.join(
-      os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "arenarl_jax")
-  return os.path.join(root, "datasets")
 
 
 class SourceConfig(tfds.core.BuilderConfig):
@@ -113,7 +107,7 @@ class ArenaDataset(tfds.core.GeneratorBasedBuilder):
 
 
 def make_builder(source: SourceConfig, data_dir: str | None = None) -> ArenaDataset:
-  return ArenaDataset(config=source, data_dir=data_dir or default_data_dir(),
+  return ArenaDataset(config=source, data_dir=data_dir or cache_dirs.cache_dir("datasets"),
                       file_format="array_record")
 
 

@@ -11,6 +11,7 @@ import jax.numpy as jnp
 from flax import nnx
 from jax.sharding import Mesh
 
+from arenarl_jax import cache_dirs
 from arenarl_jax import sharding
 from arenarl_jax.models import param_cache
 from arenarl_jax.models.config import ModelConfig, resolve_compute_dtype
@@ -64,7 +65,7 @@ def load_model(source: str, *, cache_dir: str | None = None, dtype=None,
   ``nnx.eval_shape``; each tensor is read on the host and sent to its shards only).
 
   GGUF conversions (dequantize + un-permute, seconds) are cached with orbax under ``cache_dir``
-  (default ``param_cache.default_cache_dir()``); HF safetensors directories are read directly
+  (default ``cache_dirs.cache_dir("params")``); HF safetensors directories are read directly
   (memory-mapped, already as fast as a cache would be).
   """
   cfg, model = _load(source, cache_dir=cache_dir, dtype=dtype, use_cache=use_cache, mesh=mesh)
@@ -79,7 +80,7 @@ def _load(source: str, *, cache_dir: str | None, dtype, use_cache: bool,
   if kind == "hf_dir":
     return load_hf_dir(path, dtype=dtype, mesh=mesh)
   dtype_name = jnp.dtype(dtype or "float32").name
-  folder = os.path.join(cache_dir or param_cache.default_cache_dir(),
+  folder = os.path.join(cache_dir or cache_dirs.cache_dir("params"),
                         param_cache.cache_key(path, dtype=dtype_name))
   start = time.perf_counter()
   if use_cache and (hit := param_cache.restore(folder, mesh=mesh)) is not None:

@@ -29,13 +29,6 @@ _VERSION = 1
 _CONFIG_FILE = "model_config.json"
 
 
-def default_cache_dir() -> str:
-  """$ARENARL_JAX_CACHE/params, else $XDG_CACHE_HOME (or ~/.cache)/arenarl_jax/params."""
-  root = os.environ.get("ARENARL_JAX_CACHE") or os.path.join(
-      os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "arenarl_jax")
-  return os.path.join(root, "params")
-
-
 def cache_key(path: str, *, dtype: str) -> str:
   """``<file stem>-<hash of absolute path, size, mtime_ns, dtype, format version>``."""
   st = os.stat(path)

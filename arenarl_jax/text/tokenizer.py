@@ -18,6 +18,8 @@ from typing import Any, Iterable, Sequence
 import tokenizers
 from tokenizers import decoders, models, pre_tokenizers, processors
 
+from arenarl_jax import cache_dirs
+
 # Bump when the rebuilt tokenizer changes, so stale caches are not reused.
 _CACHE_VERSION = 1
 _CONTROL = 3  # llama.cpp token type: control (special) token
@@ -26,13 +28,6 @@ _USER_DEFINED = 4  # llama.cpp token type: added token matched whole, but not sp
 # Others (llama3, qwen2, ...) use different regexes: refuse them rather than mis-tokenize.
 _GPT2_PRE = frozenset({"default", "gpt2", "gpt-2"})
 _DIGITS_THEN_GPT2_PRE = frozenset({"smollm", "starcoder", "refact", "codeshell"})
-
-
-def _default_cache_dir() -> str:
-  """Where converted tokenizers live unless a ``cache_dir`` is given."""
-  root = os.environ.get("ARENARL_JAX_CACHE") or os.path.join(
-      os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "arenarl_jax")
-  return os.path.join(root, "tokenizers")
 
 
 def gguf_cache_key(path: str, split_digits: bool | None = None) -> str:
@@ -121,7 +116,8 @@ class Tokenizer:
       raise FileNotFoundError(f"GGUF file {path} not found")
     if not use_cache:
       return cls.build_from_gguf(path, split_digits=split_digits)
-    cached = os.path.join(cache_dir or _default_cache_dir(), gguf_cache_key(path, split_digits))
+    cached = os.path.join(cache_dir or cache_dirs.cache_dir("tokenizers"),
+                          gguf_cache_key(path, split_digits))
     if os.path.isfile(os.path.join(cached, "tokenizer.json")):
       try:
         return cls.from_hf_dir(cached)

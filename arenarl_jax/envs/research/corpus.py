@@ -26,7 +26,6 @@ from typing import Any, Iterable, Sequence
 
 CORPUS_VERSION = 1
 CACHE_ENV = "ARENARL_RESEARCH_CACHE"  # overrides the cache folder
-DEFAULT_CACHE_DIR = os.path.join("~", ".cache", "arenarl_jax", "research")
 
 # Pure-Python or built-in modules whose import has no side effects and whose docs do not depend on
 # the machine (no os, sys, platform, socket, ...).
@@ -298,7 +297,9 @@ def build_corpus_isolated(modules: Sequence[str] = MODULES) -> Corpus:
 
 
 def cache_path(cache_dir: str | None = None) -> str:
-  folder = cache_dir or os.environ.get(CACHE_ENV) or DEFAULT_CACHE_DIR
+  # Imported here: the isolated build loads this file alone, so its top level imports no package.
+  from arenarl_jax import cache_dirs  # pylint: disable=import-outside-toplevel
+  folder = cache_dir or cache_dirs.cache_dir("research", CACHE_ENV)
   return os.path.join(os.path.expanduser(folder), f"corpus-{version_stamp()}.json")
 
 

@@ -4,8 +4,9 @@ backward (``causal_attention.cc``), both on the tiles of ``attention_tiles.h``.
 
 The kernels are compiled into one library on first use with the system C++ compiler (``$CXX``,
 default g++) and jaxlib's FFI headers, and cached on disk by a hash of (sources, compiler, flags,
-jax version) in ``$ARENARL_KERNEL_CACHE`` (default ``~/.cache/arenarl_jax/kernels``). A shared
-library is code this process runs, so a cached one is loaded only when
+jax version) in ``$ARENARL_KERNEL_CACHE`` (default ``kernels`` in the package's cache root,
+``cache_dirs``: ``~/.cache/arenarl_jax/kernels``). A shared library is code this process runs,
+so a cached one is loaded only when
 - its directory is owned by the current user and not writable by group or others (it is created
   0700), and the library file likewise, and
 - its SHA-256 equals the one recorded next to it when it was built.
@@ -32,6 +33,8 @@ import tempfile
 
 import jax
 
+from arenarl_jax import cache_dirs
+
 _HERE = pathlib.Path(__file__).resolve().parent
 SOURCES = (_HERE / "cache_attention.cc", _HERE / "causal_attention.cc")
 HEADERS = (_HERE / "attention_tiles.h",)
@@ -55,12 +58,6 @@ def _flags() -> list[str]:
       cpu = []
     flags += [f"-m{x}" for x in ("avx2", "fma") if x in cpu]
   return flags
-
-
-def cache_dir() -> pathlib.Path:
-  root = os.environ.get(CACHE_ENV) or os.path.join(
-      os.environ.get("XDG_CACHE_HOME", os.path.expanduser("~/.cache")), "arenarl_jax", "kernels")
-  return pathlib.Path(root)
 
 
 def is_private(path: pathlib.Path) -> bool:
@@ -104,7 +101,7 @@ def build() -> pathlib.Path:
   compiler = os.environ.get("CXX", "g++")
   source = b"".join(path.read_bytes() for path in (*SOURCES, *HEADERS))
   tag = hashlib.sha256(source + " ".join([compiler, *flags, jax.__version__]).encode()).hexdigest()
-  folder = _private_dir(cache_dir())
+  folder = _private_dir(pathlib.Path(cache_dirs.cache_dir("kernels", CACHE_ENV)))
   out = folder / f"cache_attention-{tag[:16]}.so"
   if _verified(out):
     return out
