@@ -71,7 +71,7 @@ def tokenizer_for(config: ml_collections.ConfigDict, workdir: str, env: Any = No
     return Tokenizer.from_hf_dir(path)
   tok = make_tokenizer(config, env)
   if jax.process_index() == 0:
-    tok._save_atomic(path)  # pylint: disable=protected-access
+    tok.save_atomic(path)
   return tok
 
 

@@ -187,21 +187,9 @@ def render_segments(messages: Sequence[Mapping[str, Any]], *,
                                       default_system=default_system)
 
 
-def plain_encoder(tokenizer) -> Any:
-  """A copy of the tokenizer's backend that encodes control-token text as plain text (made once
-  per tokenizer and kept on it)."""
-  plain = getattr(tokenizer, "_plain_backend", None)
-  if plain is None:
-    import tokenizers  # pylint: disable=import-outside-toplevel
-    plain = tokenizers.Tokenizer.from_str(tokenizer.backend.to_str())
-    plain.encode_special_tokens = True
-    tokenizer._plain_backend = plain  # pylint: disable=protected-access
-  return plain
-
-
 def encode_plain(tokenizer, text: str) -> list[int]:
   """Ids of ``text`` with every control-token string in it (``<|im_end|>``) as plain text."""
-  return plain_encoder(tokenizer).encode(text, add_special_tokens=False).ids if text else []
+  return tokenizer.plain_backend.encode(text, add_special_tokens=False).ids if text else []
 
 
 def encode_segments(tokenizer, segments: Sequence[Segment]) -> tuple[list[int], list[int]]:

@@ -8,6 +8,7 @@ parsing the GGUF takes seconds and loading the cache takes a fraction of one.
 """
 from __future__ import annotations
 
+import functools
 import json
 import os
 import shutil
@@ -125,7 +126,7 @@ class Tokenizer:
         shutil.rmtree(cached, ignore_errors=True)  # a broken cache is rebuilt, not trusted.
     tok = cls.build_from_gguf(path, split_digits=split_digits)
     try:
-      tok._save_atomic(cached)
+      tok.save_atomic(cached)
     except OSError as e:  # a read-only cache only costs speed.
       warnings.warn(f"could not cache the tokenizer of {path} in {cached}: {e}")
     return tok
@@ -212,7 +213,7 @@ class Tokenizer:
     with open(os.path.join(path, "tokenizer_config.json"), "w", encoding="utf-8") as f:
       json.dump(config, f, ensure_ascii=False, indent=2)
 
-  def _save_atomic(self, path: str) -> None:
+  def save_atomic(self, path: str) -> None:
     """Saves into a temp dir beside ``path`` and renames it, so readers never see half a cache."""
     parent = os.path.dirname(os.path.abspath(path))
     os.makedirs(parent, exist_ok=True)
@@ -244,6 +245,15 @@ class Tokenizer:
         raise TypeError(f"encode_batch: texts[{k}] is a {type(t).__name__}, not a str")
     return [e.ids for e in self.backend.encode_batch(list(texts),
                                                      add_special_tokens=add_special_tokens)]
+
+  @functools.cached_property
+  def plain_backend(self) -> tokenizers.Tokenizer:
+    """A copy of ``backend`` that encodes control-token text (``<|im_end|>``) as plain text: what
+    a tool result or a user message must become, so text cannot forge a turn boundary. Made on
+    first use and kept (a copy per call would cost more than the encoding)."""
+    plain = tokenizers.Tokenizer.from_str(self.backend.to_str())
+    plain.encode_special_tokens = True
+    return plain
 
   def decode(self, ids: Iterable[int], skip_special_tokens: bool = False) -> str:
     """Text of ``ids`` (a list or an int array); special tokens are kept unless skipped."""
