@@ -12,7 +12,7 @@
 **Win rate.** Each policy trajectory plays the opponent's trajectory for the same task once:
 ``Match(group=k, i=0, j=1, query, p=policy, q=opponent)``, all matches of one opponent in ONE
 batched judge call; every judge result is already bidirectional (both orders summed, scores in
-[0, 20]). A match is a win (1) when ``score_p - score_q > win_rate.TOLERANCE``, a loss (0) below
+[0, 20]). A match is a win (1) when ``score_p - score_q > tally.TOLERANCE``, a loss (0) below
 ``-TOLERANCE``, else a tie (0.5); the win rate is the mean over judged matches. A FAILED match
 (``MatchResult.ok`` False) carries no information about either side: it is left out of the win
 rate and counted (``failed``), never scored as a tie, so a policy that breaks the judge when it is
