@@ -27,7 +27,7 @@ from arenarl_jax.eval import compare as evaluate_lib
 from arenarl_jax import types
 from arenarl_jax.envs import compact_schemas
 from arenarl_jax.judges import rubric_judge
-from arenarl_jax.rl.experience import make_sampler, sampling_settings, set_policy
+from arenarl_jax.sampling.policy_sampler import make_sampler, sampling_settings, set_policy
 from arenarl_jax.rollout.agent_loop import Rollout, RolloutSettings
 
 EVAL_DIR = "eval"

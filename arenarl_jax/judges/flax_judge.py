@@ -64,9 +64,8 @@ from arenarl_jax.settings import section_dict, settings_from_config
 from arenarl_jax.judges import stats
 from arenarl_jax.judges import verdict as verdict_lib
 from arenarl_jax.sampling import buckets as bucketing
-from arenarl_jax.types import Match, MatchResult, Trajectory
+from arenarl_jax.types import Match, MatchResult, Stateless, Trajectory
 
-FAILED = 0.0  # each side of a failed match (ignored by the tournament: MatchResult docs)
 _MAX_REFITS = 6  # re-renders with smaller character limits before a prompt counts as too long
 
 
@@ -78,7 +77,7 @@ class _Row:
   error: str | None = None
 
 
-class FlaxJudge:
+class FlaxJudge(Stateless):
   """Pairwise ``judge(matches)`` and pointwise ``score(trajectories)`` with a local Flax model."""
 
   def __init__(self, model: nnx.Module, tokenizer, config: FlaxJudgeConfig = FlaxJudgeConfig(),
@@ -117,8 +116,9 @@ class FlaxJudge:
             f"rubric={self.rubric.name!r})")
 
   # ------------------------------------------------------------------ public API
-  def judge(self, matches: Sequence[Match]) -> list[MatchResult]:
+  def judge(self, matches: Sequence[Match], *, offset: int = 0) -> list[MatchResult]:
     """Both orders of every match; results align with ``matches``."""
+    del offset  # greedy verdicts do not depend on a match's position
     rows: list[_Row] = []
     for k, m in enumerate(matches):
       if m.p is None or m.q is None:
@@ -132,19 +132,17 @@ class FlaxJudge:
     for k in range(len(matches)):
       (fwd, e1, d1), (bwd, e2, d2) = agents[2 * k], agents[2 * k + 1]
       if fwd is None or bwd is None:
-        error = "; ".join(f"{d}: {e}" for d, e in (("forward", e1), ("backward", e2)) if e)
-        results.append(MatchResult(FAILED, FAILED, ok=False, error=error, requests=2))
+        results.append(verdict_lib.failed(e1, e2, requests=2))
         continue
-      (fa, fb), (ba, bb) = fwd, bwd
-      detail = {"forward": (fa, fb), "backward": (ba, bb), **_merge(d1, d2)}
-      self.metrics.orders((fa, fb), (ba, bb))
-      results.append(MatchResult(score_p=fa + bb, score_q=fb + ba, ok=True, error=None,
-                                 requests=2, detail=detail))
+      self.metrics.orders(fwd, bwd)
+      results.append(verdict_lib.combine_scores(fwd, bwd, requests=2, detail=_merge(d1, d2)))
     self._account(len(results), sum(not r.ok for r in results), requests=2 * len(results))
     return results
 
-  def score(self, trajectories: Sequence[Trajectory]) -> verdict_lib.PointwiseScores:
+  def score(self, trajectories: Sequence[Trajectory], *,
+            offset: int = 0) -> verdict_lib.PointwiseScores:
     """Pointwise 0-10 scores (the same rubric, one trajectory per prompt)."""
+    del offset
     rows = [self.prompt_row("pointwise", lambda lim, t=t: (
         render.render_pointwise(self.rubric, t.query, t, lim, self.compact)))
             for t in trajectories]

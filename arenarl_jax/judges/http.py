@@ -37,12 +37,11 @@ from arenarl_jax.judges.settings import (  # noqa: F401 (re-exported: the backen
     RESPONSE_FORMATS, HttpJudgeConfig, JudgeConfigError)
 from arenarl_jax.judges import stats
 from arenarl_jax.judges import verdict as verdict_lib
-from arenarl_jax.types import Match, MatchResult, Trajectory
+from arenarl_jax.types import Match, MatchResult, Stateless, Trajectory
 
 # The next weaker format after a server rejected one.
 FORMAT_FALLBACK = {"gbnf": "json_schema", "json_schema": "json_object_schema",
                    "json_object_schema": "json_object", "json_object": "none"}
-FAILED = 0.0  # score of each side of a failed match (ignored by the tournament)
 REPAIR = ("Your previous reply to this request could not be used. Reply again with exactly one "
           "JSON object of the shape above and nothing else: no text, no code fence.")
 
@@ -100,7 +99,7 @@ def _names_format(text: str) -> bool:
                                 "grammar"))
 
 
-class HttpJudge:
+class HttpJudge(Stateless):
   """Pairwise ``judge(matches)`` and pointwise ``score(trajectories)`` over an HTTP endpoint."""
 
   def __init__(self, config: HttpJudgeConfig, rubric: rubric_lib.Rubric | str = "travel",
@@ -136,12 +135,15 @@ class HttpJudge:
     raise TypeError("HttpJudge cannot be pickled, copied or checkpointed (it may hold an API "
                     "key): build a new one from its config")
 
-  def judge(self, matches: Sequence[Match]) -> list[MatchResult]:
+  def judge(self, matches: Sequence[Match], *, offset: int = 0) -> list[MatchResult]:
     """Both orders of every match; results align with ``matches``."""
+    del offset  # requests are independent of their position
     return _run_sync(self.ajudge(matches))
 
-  def score(self, trajectories: Sequence[Trajectory]) -> verdict_lib.PointwiseScores:
+  def score(self, trajectories: Sequence[Trajectory], *,
+            offset: int = 0) -> verdict_lib.PointwiseScores:
     """Pointwise 0-10 scores (the same rubric, one trajectory per request)."""
+    del offset
     return _run_sync(self.ascore(trajectories))
 
   async def ajudge(self, matches: Sequence[Match]) -> list[MatchResult]:
@@ -160,8 +162,7 @@ class HttpJudge:
     for k in range(len(matches)):
       (fwd, e1, n1), (bwd, e2, n2) = answers[2 * k], answers[2 * k + 1]
       if fwd is None or bwd is None:
-        error = "; ".join(f"{d}: {e}" for d, e in (("forward", e1), ("backward", e2)) if e)
-        results.append(MatchResult(FAILED, FAILED, ok=False, error=error, requests=n1 + n2))
+        results.append(verdict_lib.failed(e1, e2, requests=n1 + n2))
       else:
         results.append(verdict_lib.combine(fwd, bwd, requests=n1 + n2))
         self.metrics.orders((fwd.a.combined, fwd.b.combined), (bwd.a.combined, bwd.b.combined))

@@ -47,10 +47,10 @@ class RubricJudge:
   def __repr__(self) -> str:
     return f"RubricJudge(rubric={self.rubric.name!r}, noise={self.noise}, seed={self.seed})"
 
-  def judge(self, matches: Sequence[Match], *, first: int = 0) -> list[MatchResult]:
+  def judge(self, matches: Sequence[Match], *, offset: int = 0) -> list[MatchResult]:
     """Both orders of every match (two simulated requests each); aligned with ``matches``.
 
-    ``first``: the position of ``matches[0]`` in the whole batch when this is one host's share
+    ``offset``: the position of ``matches[0]`` in the whole batch when this is one host's share
     of it, so the share draws the noise the whole batch would draw for those matches."""
     call = self._next_call()
     truth = _TruthCache(self, "matches")
@@ -59,8 +59,8 @@ class RubricJudge:
       if m.p is None or m.q is None:
         raise ValueError(f"matches[{k}] (group {m.group}, {m.i} vs {m.j}) has no trajectories")
       p, q = truth.get(m.p, f"matches[{k}].p"), truth.get(m.q, f"matches[{k}].q")
-      fwd = self._pairwise(p, q, np.random.default_rng([self.seed, 0, call, first + k, 0]))
-      bwd = self._pairwise(q, p, np.random.default_rng([self.seed, 0, call, first + k, 1]))
+      fwd = self._pairwise(p, q, np.random.default_rng([self.seed, 0, call, offset + k, 0]))
+      bwd = self._pairwise(q, p, np.random.default_rng([self.seed, 0, call, offset + k, 1]))
       results.append(verdict_lib.combine(fwd, bwd, requests=2))
       self.metrics.orders((fwd.a.combined, fwd.b.combined), (bwd.a.combined, bwd.b.combined))
     self.metrics.add("matches", len(results))
@@ -68,20 +68,28 @@ class RubricJudge:
     return results
 
   def score(self, trajectories: Sequence[Trajectory], *,
-            first: int = 0) -> verdict_lib.PointwiseScores:
-    """Pointwise combined scores in [0, 10] (GRPO/GSPO baselines), float32 [N]; ``first`` as in
+            offset: int = 0) -> verdict_lib.PointwiseScores:
+    """Pointwise combined scores in [0, 10] (GRPO/GSPO baselines), float32 [N]; ``offset`` as in
     ``judge``."""
     call = self._next_call()
     truth = _TruthCache(self, "trajectories")
     scores = np.empty(len(trajectories), np.float32)
     for k, t in enumerate(trajectories):
       path, answer = truth.get(t, f"trajectories[{k}]")
-      rng = np.random.default_rng([self.seed, 1, call, first + k])
+      rng = np.random.default_rng([self.seed, 1, call, offset + k])
       scores[k] = self._agent(path, answer, rng, saturate=True, shift=0.0).combined
     self.metrics.add("matches", len(trajectories))
     self.metrics.add("requests", len(trajectories))
     return verdict_lib.PointwiseScores(scores, np.ones(len(trajectories), bool),
                                        (None,) * len(trajectories))
+
+  def state_dict(self) -> dict[str, Any]:
+    """The batches judged so far: every noise draw's seed includes it, so a resumed run that
+    restores it draws the noise an uninterrupted run would."""
+    return {"calls": self._calls}
+
+  def load_state_dict(self, state: Mapping[str, Any]) -> None:
+    self._calls = int(state.get("calls", 0))
 
   def _next_call(self) -> int:
     self._calls += 1

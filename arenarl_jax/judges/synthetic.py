@@ -12,7 +12,7 @@ from typing import Iterable, Sequence
 
 import numpy as np
 
-from arenarl_jax.types import Match, MatchResult
+from arenarl_jax.types import Match, MatchResult, Stateless
 
 MAX_SCORE = 20.0
 NOISE_MODELS = ("exact", "gaussian", "bradley_terry")
@@ -34,7 +34,7 @@ def _check_indices(gij_M3: np.ndarray, num_groups: int | None, size: int, name: 
                      f"({num_groups if num_groups is not None else 'any'} groups x {size})")
 
 
-class ScoreMatrixJudge:
+class ScoreMatrixJudge(Stateless):
   """Match (g, i, j) scores (S[g][i][j], S[g][j][i]); one [G, G] matrix serves every group.
 
   S[i][j] is the bidirectional-sum score i gets against j, so the result does not depend on
@@ -55,8 +55,9 @@ class ScoreMatrixJudge:
     self.fail_pairs = frozenset(frozenset(p) for p in fail_pairs)
     self.batch_sizes: list[int] = []
 
-  def judge(self, matches: Sequence[Match]) -> list[MatchResult]:
+  def judge(self, matches: Sequence[Match], *, offset: int = 0) -> list[MatchResult]:
     """Looks every match up in the table."""
+    del offset  # a table does not depend on where a match sits in the batch
     self.batch_sizes.append(len(matches))
     gij_M3 = _match_indices(matches)
     if self.scores_GG is not None:
@@ -113,7 +114,15 @@ class NoisyJudge:
     self.rng = np.random.default_rng(seed)
     self.batch_sizes: list[int] = []
 
-  def judge(self, matches: Sequence[Match]) -> list[MatchResult]:
+  def state_dict(self) -> dict:
+    """The noise generator's state, so a resumed run draws what an uninterrupted one would."""
+    return {"rng": self.rng.bit_generator.state}
+
+  def load_state_dict(self, state) -> None:
+    if "rng" in state:
+      self.rng.bit_generator.state = state["rng"]
+
+  def judge(self, matches: Sequence[Match], *, offset: int = 0) -> list[MatchResult]:
     """Scores a batch; sleeps ``latency_s`` once for the whole batch."""
     self.batch_sizes.append(len(matches))
     if self.latency_s:

@@ -156,3 +156,38 @@ def test_order_flip_rate_counts_position_bias():
   snap = j.metrics.snapshot()
   assert snap["both_orders"] == 3 and snap["order_flips"] == 2
   assert snap["order_flip_rate"] == pytest.approx(2 / 3)
+
+
+def test_state_dict_resumes_the_noise_and_offset_places_a_share():
+  """The judge protocol: a judge restored from ``state_dict`` draws what the original draws next,
+  and a share judged with ``offset`` draws what the whole batch draws for those matches."""
+  noise = rubric_judge.NoiseModel(pointwise_std=1.0, pairwise_std=1.5)
+  batch = [_m(_t(k % 10), _t((3 * k) % 10), k) for k in range(12)]
+  j = rubric_judge.RubricJudge(mini_checker, MINI, noise, seed=3)
+  j.judge(batch)
+  state = j.state_dict()
+  assert state == {"calls": 1}
+  expected = [(r.score_p, r.score_q) for r in j.judge(batch)]
+  resumed = rubric_judge.RubricJudge(mini_checker, MINI, noise, seed=3)
+  resumed.load_state_dict(state)
+  assert [(r.score_p, r.score_q) for r in resumed.judge(batch)] == expected
+  fresh = rubric_judge.RubricJudge(mini_checker, MINI, noise, seed=3)
+  assert [(r.score_p, r.score_q) for r in fresh.judge(batch)] != expected  # the count matters
+  whole = rubric_judge.RubricJudge(mini_checker, MINI, noise, seed=5).judge(batch)
+  share = rubric_judge.RubricJudge(mini_checker, MINI, noise, seed=5).judge(batch[8:], offset=8)
+  assert [(r.score_p, r.score_q) for r in share] == [(r.score_p, r.score_q) for r in whole[8:]]
+
+
+@pytest.mark.parametrize("name", ["ScoreMatrixJudge", "NoisyJudge", "HttpJudge", "FlaxJudge",
+                                  "RubricJudge"])
+def test_every_judge_follows_the_protocol(name):
+  import inspect  # pylint: disable=g-import-not-at-top
+  from arenarl_jax.judges import flax_judge, http, synthetic  # pylint: disable=g-import-not-at-top
+  cls = {"ScoreMatrixJudge": synthetic.ScoreMatrixJudge, "NoisyJudge": synthetic.NoisyJudge,
+         "HttpJudge": http.HttpJudge, "FlaxJudge": flax_judge.FlaxJudge,
+         "RubricJudge": rubric_judge.RubricJudge}[name]
+  param = inspect.signature(cls.judge).parameters.get("offset")
+  assert param is not None and param.kind is inspect.Parameter.KEYWORD_ONLY and param.default == 0
+  assert callable(getattr(cls, "state_dict")) and callable(getattr(cls, "load_state_dict"))
+  if hasattr(cls, "score"):
+    assert "offset" in inspect.signature(cls.score).parameters
