@@ -18,7 +18,7 @@ import os
 from absl import app, flags, logging
 from ml_collections import config_flags
 
-from arenarl_jax.models.cpu import allocator
+from arenarl_jax.models import backend
 
 _CONFIG = config_flags.DEFINE_config_file("config", None, "Config file (configs/*.py[:arg]).",
                                           lock_config=True)
@@ -42,9 +42,10 @@ def main(argv):
 
 
 def run():
-  """Console-script entry point (`arenarl`); on a CPU-only host it first re-executes itself with
-  the retained-heap allocator settings (``models/cpu/allocator.py``)."""
-  allocator.reexec_with_retained_heap()
+  """Console-script entry point (`arenarl`); first the backend prepares the process (on a
+  CPU-only host it re-executes itself with the retained-heap allocator settings:
+  ``models/backend.py``'s ``prepare_process``)."""
+  backend.prepare_process()
   app.run(main)
 
 

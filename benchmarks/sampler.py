@@ -28,7 +28,7 @@ import time
 import jax
 import jax.numpy as jnp
 
-from arenarl_jax.models.cpu import compile_options
+from arenarl_jax.models import backend
 from arenarl_jax.models.cpu import decode as token_step
 from arenarl_jax.models.embedded import find_smollm2_gguf
 from arenarl_jax.models.loading import load_model
@@ -63,7 +63,7 @@ def matmul_ceiling_fn(model, rows: int, feature_major: bool):
   def mm(a, b):  # as models/cpu/decode.py: a barrier keeps XLA from refolding the transposed form
     return jax.lax.optimization_barrier(a @ b) if feature_major else a @ b
 
-  @compile_options.program  # compiled exactly as the sampler's programs are
+  @backend.jit  # compiled exactly as the sampler's programs are
   def run(layers, head, x):
     for wq, wk, wv, wo, wg, wu, wd in layers:
       q, k, v = (mm(wq, x), mm(wk, x), mm(wv, x)) if feature_major else (x @ wq, x @ wk, x @ wv)
@@ -168,7 +168,7 @@ def main():
   def ours():
     out, _ = sampler.sample(prompts, group_size=args.group, settings=settings, key=next(keys))
     assert int(out.lengths_N.min()) == new
-  feature_major = sampler.feature_major
+  feature_major = sampler.decode_step.feature_major
   ceiling = matmul_ceiling_fn(model, rows, feature_major)
   # For reference only: the same matmuls in the other form (the one decode does not use).
   other_ceiling = matmul_ceiling_fn(model, rows, not feature_major)

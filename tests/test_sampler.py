@@ -209,13 +209,14 @@ def test_every_attention_choice_samples_what_the_reference_samples(tiny):
   outs = []
   for attention in ("cpu_kernel", "dot_product_attention", "reference"):
     sampler = Sampler(set_attention(tiny, attention), cache_len=64)
-    assert sampler.feature_major == (attention == "cpu_kernel")
+    assert sampler.decode_step.feature_major == (attention == "cpu_kernel")
     outs.append(sampler.sample(prompts, group_size=4, settings=settings, key=jax.random.key(5))[0])
   set_attention(tiny, "auto")
   for out in outs[:2]:
     np.testing.assert_array_equal(out.tokens_NT, outs[-1].tokens_NT)
     np.testing.assert_allclose(out.logp_NT, outs[-1].logp_NT, atol=1e-5, rtol=0)
-  assert not Sampler(PlusOne(), cache_len=16).feature_major  # not the library's Transformer
+  # not the library's Transformer
+  assert not Sampler(PlusOne(), cache_len=16).decode_step.feature_major
 
 
 def test_multi_turn_equals_a_fresh_prefill_of_the_whole_history(tiny):

@@ -34,7 +34,7 @@ from flax import nnx
 from arenarl_jax.judges import flax_reads
 from arenarl_jax.judges import rubric as rubric_lib
 from arenarl_jax.judges import verdict as verdict_lib
-from arenarl_jax.models.cpu import compile_options
+from arenarl_jax.models import backend
 
 
 @dataclasses.dataclass(frozen=True)
@@ -112,7 +112,7 @@ def _pick(logits_NA, temperature, key):
   return jnp.where(temperature > 0, sampled_N, greedy_N).astype(jnp.int32)
 
 
-@compile_options.program(static_argnames=("graphdef", "grammar"))
+@backend.jit(static_argnames=("graphdef", "grammar"))
 def write_verdicts(graphdef, params, cache, lengths_N, temperature, key, *,
                    grammar: VerdictGrammar):
   """Per row and slot: the chosen score 0..10, [N, K] int32.

@@ -29,7 +29,7 @@ import jax.numpy as jnp
 import numpy as np
 from flax import nnx
 
-from arenarl_jax.models.cpu import compile_options
+from arenarl_jax.models import backend
 
 N_SCORES = 11  # the score tokens 0..10
 # (program, rows, tokens) -> times traced; a trace is one compilation of a jitted program.
@@ -97,7 +97,7 @@ class BranchLayout:
     return len(self.first)
 
 
-@compile_options.program(static_argnames=("graphdef",))
+@backend.jit(static_argnames=("graphdef",))
 def prefill_prefix(graphdef, params, tokens_1T):
   """A one-row KV cache holding the shared prefix at positions 0..T-1."""
   TRACES["prefill_prefix", 1, tokens_1T.shape[1]] += 1
@@ -145,7 +145,7 @@ def _extend(model, cache, tokens_NT, start_N, block: int):
   return cache
 
 
-@compile_options.program(static_argnames=("graphdef", "layout", "block"))
+@backend.jit(static_argnames=("graphdef", "layout", "block"))
 def score_rows(graphdef, params, prefix, tokens_NT, lengths_N, shared_BL=None, group_N=None,
                offset_N=None, *, layout: BranchLayout, block: int):
   """Per row and branch: (score probabilities [N, B, 11], mass on score tokens [N, B]).

@@ -9,7 +9,8 @@
   compiled C++ kernel that reads only each query's visible slots, and the feature-major decode
   step. Where the kernel cannot be built (no compiler) or the cache is not float32, its
   attention is the reference one.
-- ``auto`` (default): ``cpu_kernel`` on CPU, ``dot_product_attention`` on GPU and TPU.
+- ``auto`` (default): the backend's ``default_attention`` (``models/backend.py``): ``cpu_kernel``
+  on CPU, ``dot_product_attention`` on GPU and TPU.
 
 The choice is resolved when a program is traced (the backend is known then) and is part of the
 model's static graph, so each compiled program runs exactly one implementation.
@@ -28,8 +29,7 @@ from __future__ import annotations
 
 import functools
 
-import jax
-
+from arenarl_jax.models import backend
 from arenarl_jax.models.attention import ReferenceAttention
 
 CHOICES = ("auto", "reference", "dot_product_attention", "cpu_kernel")
@@ -60,7 +60,7 @@ def resolved_name(name: str) -> str:
   """The implementation ``name`` stands for on the current default backend."""
   check(name)
   if name == "auto":
-    return "cpu_kernel" if jax.default_backend() == "cpu" else "dot_product_attention"
+    return backend.current().default_attention
   return name
 
 

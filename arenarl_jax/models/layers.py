@@ -5,7 +5,7 @@ import jax
 import jax.numpy as jnp
 from flax import nnx
 
-from arenarl_jax.models.matmul import dense
+from arenarl_jax.models import backend
 
 
 class RMSNorm(nnx.Module):
@@ -43,7 +43,7 @@ class Linear(nnx.Module):
 
   def __call__(self, x):
     """In ``x``'s dtype (the compute dtype): the parameters are cast at use."""
-    y = dense(x, self.kernel[...].astype(x.dtype))
+    y = backend.current().dense(x, self.kernel[...].astype(x.dtype))
     return y + self.bias[...].astype(y.dtype) if self.bias is not None else y
 
 

@@ -8,6 +8,8 @@ for SmolLM2 at 8 x 512 tokens such copies took about as long as the MLP's produc
 Here the weight gradient is one product of the flattened input and output gradient contracted
 over their leading (token) axis, dW = x^T g, which every backend's dot takes without a copy of
 either large operand, and the input gradient is g w^T. The values are those of autodiff (tested).
+These are the CPU backend's products; ``plain_dense``/``plain_dense_t`` are the same products with
+autodiff's own backward, the other backends' (``models/backend.py`` chooses).
 """
 from __future__ import annotations
 
@@ -70,3 +72,13 @@ def _dense_t_bwd(out_dtype, res, g):
 
 
 dense_t.defvjp(_dense_t_fwd, _dense_t_bwd)
+
+
+def plain_dense(x, w, out_dtype=None):
+  """``dense`` as jnp states it: autodiff's backward."""
+  return jnp.matmul(x, w, preferred_element_type=out_dtype)
+
+
+def plain_dense_t(x, w, out_dtype=None):
+  """``dense_t`` as jnp states it: autodiff's backward."""
+  return jnp.einsum("...d,od->...o", x, w, preferred_element_type=out_dtype)

@@ -62,12 +62,15 @@ def policy(name: str):
   return _POLICIES[name]
 
 
-def checkpointed(module: nnx.Module, name: str, fn: Callable, *args):
+def checkpointed(module: nnx.Module, name: str, fn: Callable, *args,
+                 after_cotangent: bool = True):
   """``fn(module, *args)`` under ``jax.checkpoint`` with ``name``'s policy (``none``: plain call).
 
   The module is split into its graph definition and state, so its parameters are explicit inputs
-  of the checkpoint and their gradients flow through it; ``args`` are pytrees of arrays. The
-  recomputation is tied to the block's output cotangent (``_after_cotangent``)."""
+  of the checkpoint and their gradients flow through it; ``args`` are pytrees of arrays. With
+  ``after_cotangent`` (the CPU backend's choice, ``models/backend.py``) the recomputation is
+  tied to the block's output cotangent (``_after_cotangent``); without, it is plain
+  ``jax.checkpoint``."""
   if check(name) == "none":
     return fn(module, *args)
   graphdef, state = nnx.split(module)
@@ -75,7 +78,8 @@ def checkpointed(module: nnx.Module, name: str, fn: Callable, *args):
   def pure(state, *args):
     return fn(nnx.merge(graphdef, state), *args)
 
-  return _after_cotangent(jax.checkpoint(pure, policy=_POLICIES[name]))(state, *args)
+  checkpoint = jax.checkpoint(pure, policy=_POLICIES[name])
+  return (_after_cotangent(checkpoint) if after_cotangent else checkpoint)(state, *args)
 
 
 def _after_cotangent(f: Callable) -> Callable:

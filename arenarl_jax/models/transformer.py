@@ -26,9 +26,8 @@ import jax.numpy as jnp
 import numpy as np
 from flax import nnx
 
-from arenarl_jax.models import attention_choice, remat as remat_lib
+from arenarl_jax.models import attention_choice, backend, remat as remat_lib
 from arenarl_jax.models.attention import Attention, Context
-from arenarl_jax.models.matmul import dense, dense_t
 from arenarl_jax.models.config import ModelConfig
 from arenarl_jax.models.kv_cache import KVCache
 from arenarl_jax.models.layers import MLP, Linear, RMSNorm
@@ -127,8 +126,9 @@ class Transformer(nnx.Module):
         _, k_NTKF, v_NTKF = layer.attn.project(layer.attn_norm(x_NTD), cos, sin)
         kv = kv.write(k_NTKF, v_NTKF, positions_NT)
       elif cache is None and self.remat != "none":
-        x_NTD = remat_lib.checkpointed(layer, self.remat, functools.partial(_sequence_block, impl),
-                                       x_NTD, cos, sin, positions_NT, mask_NT)
+        x_NTD = backend.current().remat(layer, self.remat,
+                                        functools.partial(_sequence_block, impl),
+                                        x_NTD, cos, sin, positions_NT, mask_NT)
       else:
         ctx = Context(positions_NT, mask_NT, kv, lengths_N, sees_TT)
         x_NTD, kv = layer(x_NTD, cos, sin, ctx, impl)
@@ -141,8 +141,9 @@ class Transformer(nnx.Module):
   def head(self, h_NTD):
     """Logits in float32 (tied: h @ embed^T)."""
     if self.lm_head is None:
-      return dense_t(h_NTD, self.embed[...].astype(h_NTD.dtype), jnp.float32)
-    return dense(h_NTD, self.lm_head.kernel[...].astype(h_NTD.dtype), jnp.float32)
+      return backend.current().dense_t(h_NTD, self.embed[...].astype(h_NTD.dtype), jnp.float32)
+    return backend.current().dense(h_NTD, self.lm_head.kernel[...].astype(h_NTD.dtype),
+                                   jnp.float32)
 
   def head_vocab_major(self, h_NTD):
     """The head's logits vocabulary-major, [V, N, T] float32: the teacher-forced log-probs'

@@ -30,8 +30,7 @@ from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 
 from arenarl_jax import sharding
 from arenarl_jax.rl import losses
-from arenarl_jax.models import loss_head, remat as remat_lib
-from arenarl_jax.models.cpu import compile_options
+from arenarl_jax.models import backend, loss_head, remat as remat_lib
 from arenarl_jax.models.logprobs import token_logprobs
 from arenarl_jax.models.transformer import set_remat
 
@@ -248,14 +247,13 @@ class Trainer:
                              chunk=chunk, rows=self.rows, objective=objective, remat=remat)
     # SFT reads no reference: its step takes ref_params=None (no second copy of the weights).
     ref_shardings = self.param_shardings if objective == "rl" else None
-    # On CPU both compile with the training options (compile_options.py: Eigen's products).
-    self.step = compile_options.program(
-        step, options=compile_options.TRAINING_OPTIONS,
+    # Both compile with the backend's training options (on CPU: Eigen's products).
+    self.step = backend.jit(
+        step, kind=backend.TRAINING,
         in_shardings=(self.state_shardings, ref_shardings, self.rows),
         out_shardings=(self.state_shardings, sharding.replicated(mesh)), donate_argnums=0)
-    self.logprobs = compile_options.program(
-        functools.partial(batch_logprobs, graphdef, chunk=chunk),
-        options=compile_options.TRAINING_OPTIONS,
+    self.logprobs = backend.jit(
+        functools.partial(batch_logprobs, graphdef, chunk=chunk), kind=backend.TRAINING,
         in_shardings=(self.param_shardings, self.rows), out_shardings=self.rows)
     self._copy = jax.jit(lambda p: jax.tree.map(jnp.copy, p),
                          out_shardings=self.param_shardings)

@@ -14,8 +14,7 @@ import jax.numpy as jnp
 from flax import nnx
 from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 
-from arenarl_jax.models.cpu import compile_options
-from arenarl_jax.models.cpu import decode as cpu_decode
+from arenarl_jax.models import backend
 from arenarl_jax.models.kv_cache import KVCache, SharedPrefix
 from arenarl_jax.sampling import choose
 from arenarl_jax.sampling.settings import EOS, LENGTH, NONE, STOP, RowSettings
@@ -72,7 +71,7 @@ def _last_hidden(h_NTD, counts_N):
   return jnp.take_along_axis(h_NTD, idx_N[:, None, None], axis=1)[:, 0]
 
 
-@compile_options.program(static_argnames=("graphdef", "group_size", "n_slots", "mesh"))
+@backend.jit(static_argnames=("graphdef", "group_size", "n_slots", "mesh"))
 def prefill(graphdef, params, tokens_BT, counts_B, *, group_size: int, n_slots: int,
             mesh: Mesh | None = None) -> SamplerState:
   """Prefills each distinct prompt once; it becomes the shared prefix of its G rows, whose own
@@ -92,7 +91,7 @@ def prefill(graphdef, params, tokens_BT, counts_B, *, group_size: int, n_slots: 
   return _on_rows(state, mesh)
 
 
-@compile_options.program(static_argnames=("graphdef", "mesh"), donate_argnames=("state",))
+@backend.jit(static_argnames=("graphdef", "mesh"), donate_argnames=("state",))
 def extend(graphdef, params, state: SamplerState, tokens_NT, counts_N, *,
            mesh: Mesh | None = None) -> SamplerState:
   """Appends counts_N[n] tokens to row n at its own offset; rows with 0 keep their state."""
@@ -164,19 +163,13 @@ def end_turn(lengths_N, done_N, turn: TurnState, *, cache_len: int,
   return _on_rows(done_N, mesh), _on_rows(out, mesh)
 
 
-@compile_options.program(static_argnames=("graphdef",))
-def transpose_kernels(graphdef, params):
-  """``cpu_decode.transposed_kernels`` of the model, as one program (the sampler keeps them)."""
-  return cpu_decode.transposed_kernels(nnx.merge(graphdef, params))
-
-
-@compile_options.program(
-    static_argnames=("graphdef", "eos_ids", "stop_sequences", "max_new_tokens", "cache_len",
-                     "mesh"),
+@backend.jit(
+    static_argnames=("graphdef", "decode_step", "eos_ids", "stop_sequences", "max_new_tokens",
+                     "cache_len", "mesh"),
     donate_argnames=("state", "turn"))
 def decode(graphdef, params, state: SamplerState, turn: TurnState, rows: RowSettings, key,
-           kernels=None, *, eos_ids: tuple[int, ...], stop_sequences: tuple[tuple[int, ...], ...],
-           max_new_tokens: int, cache_len: int,
+           prepared=None, *, decode_step=backend.ROWS_DECODE, eos_ids: tuple[int, ...],
+           stop_sequences: tuple[tuple[int, ...], ...], max_new_tokens: int, cache_len: int,
            mesh: Mesh | None = None) -> tuple[SamplerState, TurnState]:
   """One segment of a turn: a lax.while_loop of sample -> feed over the cache as it is.
 
@@ -189,30 +182,16 @@ def decode(graphdef, params, state: SamplerState, turn: TurnState, rows: RowSett
   The reference attention reads every slot of the cache, so growing it within a turn keeps early
   steps cheap (the CPU kernel reads only the filled slots).
   Step k always uses fold_in(key, k): pausing does not change what is sampled.
-  Given ``kernels`` (from ``transpose_kernels``), each step runs feature-major with
-  ``models/cpu/decode.py`` (weights as the left matmul operand) and samples the head's [V, N]
-  logits in place; without, it calls ``model.hidden`` and ``model.head``. Either way the
-  attention is the model's chosen implementation.
+  ``decode_step`` is the backend's decode step for the model (``backend.current().decode_step``);
+  ``prepared`` is what its ``prepare`` made of these weights. The step computes the logits (in
+  the layout it samples them in) and feeds the tokens. The attention is the model's chosen
+  implementation.
   """
   model = nnx.merge(graphdef, params)
   n_slots = state.cache.n_slots
   eos_E = jnp.asarray(eos_ids or (PAD,), jnp.int32)
 
   start_N = state.cache.start_N()
-
-  def logits_of(h_ND):
-    """(logits, their vocabulary axis): feature-major, the head writes [V, N], sampled in place."""
-    if kernels is not None:
-      return cpu_decode.head(kernels, h_ND.T), 0
-    return model.head(h_ND), 1
-
-  def feed(tok_N, lengths_N, cache):
-    """(hidden states [N, D], cache) after one token per row at its position."""
-    if kernels is not None:
-      h_DN, cache = cpu_decode.hidden(model, kernels, tok_N, lengths_N, cache, mesh=mesh)
-      return h_DN.T, cache
-    h_N1D, cache = model.hidden(tok_N[:, None], lengths_N[:, None], cache=cache)
-    return h_N1D[:, 0], cache
 
   def cond(c):
     s, t = c
@@ -222,7 +201,7 @@ def decode(graphdef, params, state: SamplerState, turn: TurnState, rows: RowSett
   def body(c):
     s, t = c
     step, active_N = t.step, t.active_N
-    logits, vocab_axis = logits_of(s.hidden_ND)
+    logits, vocab_axis = decode_step.logits(model, prepared, s.hidden_ND)
     tok_N, logp_N = choose.choose_tokens(logits, rows, jax.random.fold_in(key, step),
                                          vocab_axis=vocab_axis)
     tok_N = jnp.where(active_N, tok_N, PAD)
@@ -235,7 +214,8 @@ def decode(graphdef, params, state: SamplerState, turn: TurnState, rows: RowSett
                   jnp.where((step + 1 >= max_new_tokens) | (lengths_N >= cache_len), LENGTH,
                             NONE)))
     reason_N = jnp.where(active_N, reason_N, NONE)
-    h_ND, cache = feed(jnp.maximum(tok_N, 0), s.lengths_N, s.cache)
+    h_ND, cache = decode_step.feed(model, prepared, jnp.maximum(tok_N, 0), s.lengths_N, s.cache,
+                                   mesh=mesh)
     s = s.replace(cache=cache, lengths_N=lengths_N,
                   hidden_ND=jnp.where(active_N[:, None], h_ND, s.hidden_ND))
     t = t.replace(

@@ -22,8 +22,7 @@ import numpy as np
 from flax import nnx
 from jax.sharding import Mesh
 
-from arenarl_jax.models import attention_choice
-from arenarl_jax.models.cpu import decode as cpu_decode
+from arenarl_jax.models import backend
 from arenarl_jax.sampling import programs
 from arenarl_jax.sampling.buckets import (bucket_length, cache_size_ladder, pad_rows,
                                           power_of_two_buckets)
@@ -44,9 +43,9 @@ class Sampler:
   short rows stay cheap and hold little memory. Each size compiles its programs once. The default
   ladder is ``cache_size_ladder(cache_len)`` (32, 64, 96, 128, 192, 256, ..., cache_len);
   ``cache_sizes=()`` keeps the cache at cache_len throughout.
-  Decode steps run as the model's attention choice says (``model.attention``): with
-  ``cpu_kernel`` (``auto`` on CPU) the feature-major step of ``models/cpu/decode.py``, otherwise
-  ``model.hidden``. Models other than the library's Transformer always use ``model.hidden``.
+  Decode steps run as the backend's ``decode_step(model)`` says (``models/backend.py``; on CPU
+  with ``cpu_kernel`` attention, ``auto`` there, the library's Transformer steps feature-major),
+  chosen once here.
   """
 
   def __init__(self, model: nnx.Module, *, cache_len: int, buckets: Sequence[int] | None = None,
@@ -64,9 +63,8 @@ class Sampler:
       raise ValueError(f"cache_sizes {self.cache_sizes} must lie in [1, cache_len="
                        f"{self.cache_len}]")
     self.mesh = mesh
-    self.feature_major = cpu_decode.supports(model) and attention_choice.resolve(
-        model.attention).feature_major_decode
-    self._kernels = None  # feature-major decode: the transposed kernels of self.params
+    self.decode_step = backend.current().decode_step(model)
+    self._prepared = None  # what the decode step made of self.params
 
   def _cache_size(self, need: int) -> int:
     """The smallest cache size holding ``need`` tokens (cache_len at most)."""
@@ -82,16 +80,14 @@ class Sampler:
   def set_params(self, params: nnx.State) -> None:
     """New weights (e.g. after a train step); same structure, so nothing recompiles."""
     self.params = params
-    self._kernels = None
+    self._prepared = None
 
-  def _decode_kernels(self):
-    """The [out, in] kernel copies feature-major decode reads, made once per set of weights
-    (one weight-sized buffer; None when decode steps with ``model(...)``)."""
-    if not self.feature_major:
-      return None
-    if self._kernels is None:
-      self._kernels = programs.transpose_kernels(self.graphdef, self.params)
-    return self._kernels
+  def _decode_prepared(self):
+    """What the decode step reads besides the weights (e.g. transposed kernels, one
+    weight-sized buffer), made once per set of weights."""
+    if self._prepared is None:
+      self._prepared = self.decode_step.prepare(self.graphdef, self.params)
+    return self._prepared
 
   def _check_tokens(self, rows: Sequence[Sequence[int]], what: str) -> None:
     for i, row in enumerate(rows):
@@ -160,7 +156,7 @@ class Sampler:
     static = dict(eos_ids=settings.eos_ids, stop_sequences=settings.stop_sequences,
                   max_new_tokens=settings.max_new_tokens, cache_len=self.cache_len, mesh=self.mesh)
     growing = len(self.cache_sizes) > 1
-    kernels = self._decode_kernels()
+    prepared = self._decode_prepared()
     while True:
       if growing:
         # One host sync per segment: is the turn over, and how full are the active rows?
@@ -169,8 +165,8 @@ class Sampler:
         if step >= settings.max_new_tokens or not active.any():
           break
         state = self._room(state, int(_own_tokens(lengths, prompt_lengths)[active].max()) + 1)
-      state, turn = programs.decode(self.graphdef, self.params, state, turn, rows, key, kernels,
-                                    **static)
+      state, turn = programs.decode(self.graphdef, self.params, state, turn, rows, key, prepared,
+                                    decode_step=self.decode_step, **static)
       if not growing:
         break
     done_N, out = programs.end_turn(state.lengths_N, state.done_N, turn, cache_len=self.cache_len,

@@ -5,4 +5,7 @@ both on the tiles of ``attention_tiles.h``; built, verified and registered by ``
 ``kernel.py``), their attention implementation (``attention.py``), the feature-major decode step
 (``decode.py``), the XLA:CPU compiler options of the hot programs (``compile_options.py``) and,
 process-wide rather than per model, the retained-heap allocator settings that CPU-only entry
-points re-execute with (``allocator.py``)."""
+points re-execute with (``allocator.py``). ``backend.py`` registers them as the CPU's backend with
+``models/backend.py``, the one seam the rest of the package goes through: nothing outside
+``models/`` imports this package. Importing it imports nothing (``allocator.py`` runs before JAX
+starts)."""

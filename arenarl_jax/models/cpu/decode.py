@@ -7,8 +7,9 @@ operand on every call, so the usual ``x[N, D] @ W[D, E]`` repacks the whole weig
 step, and that packing costs as much as the arithmetic. Written as ``Wt[E, D] @ x[D, N]`` the
 weights are the left operand, read as stored, and only the small activations are packed.
 
-``transposed_kernels`` makes the [out, in] copies (one weight-sized buffer; the Sampler makes
-them once per set of weights). Activations stay [D, N] through norms, projections, the MLP and
+``transposed_kernels`` makes the [out, in] copies (one weight-sized buffer; the sampler makes
+them once per set of weights through ``FEATURE_MAJOR.prepare``, the CPU backend's decode step,
+``models/cpu/backend.py``). Activations stay [D, N] through norms, projections, the MLP and
 the head, using the model's own sub-layers (``RMSNorm(axis=0)``, ``Attention.heads`` for q/k
 norm and RoPE); the attention is the model's chosen implementation (``CpuAttention``: the kernel,
 which writes the token in place). The result equals ``model(tokens_N1, positions_N1,
@@ -18,9 +19,10 @@ from __future__ import annotations
 
 import jax
 import jax.numpy as jnp
+from flax import nnx
 from jax.sharding import Mesh
 
-from arenarl_jax.models import attention_choice
+from arenarl_jax.models import attention_choice, backend
 from arenarl_jax.models.cpu.attention import CpuAttention
 from arenarl_jax.models.kv_cache import KVCache
 from arenarl_jax.models.rope import rope_tables
@@ -103,3 +105,37 @@ def step(model, kernels, tokens_N, positions_N, cache: KVCache):
   """(logits [N, V] float32, cache) for one token per row at its position (see module doc)."""
   h_DN, cache = hidden(model, kernels, tokens_N, positions_N, cache)
   return head(kernels, h_DN).T, cache
+
+
+@backend.jit(static_argnames=("graphdef",))
+def _transpose_kernels(graphdef, params):
+  """``transposed_kernels`` of the model, as one program."""
+  return transposed_kernels(nnx.merge(graphdef, params))
+
+
+class FeatureMajorDecode:
+  """The sampler's decode step (``models/backend.py``'s ``DecodeStep``) in this module's layout:
+  the hidden states are carried [N, D] between steps and turned [D, N] here; the head writes
+  [V, N] logits, sampled in place (vocabulary axis 0)."""
+
+  feature_major = True
+
+  def serves(self, model) -> bool:
+    """The library's Transformer whose attention asks for feature-major decode (``cpu_kernel``,
+    ``auto`` on CPU)."""
+    return supports(model) and attention_choice.resolve(model.attention).feature_major_decode
+
+  def prepare(self, graphdef, params):
+    """The transposed kernels of these weights."""
+    return _transpose_kernels(graphdef, params)
+
+  def logits(self, model, prepared, h_ND):
+    del model
+    return head(prepared, h_ND.T), 0
+
+  def feed(self, model, prepared, tokens_N, positions_N, cache, *, mesh=None):
+    h_DN, cache = hidden(model, prepared, tokens_N, positions_N, cache, mesh=mesh)
+    return h_DN.T, cache
+
+
+FEATURE_MAJOR = FeatureMajorDecode()
