@@ -31,8 +31,7 @@ import functools
 
 from arenarl_jax.models import backend
 from arenarl_jax.models.attention import ReferenceAttention
-
-CHOICES = ("auto", "reference", "dot_product_attention", "cpu_kernel")
+from arenarl_jax.models.settings import ATTENTION_CHOICES as CHOICES
 
 
 def _dot_product():

@@ -31,9 +31,8 @@ import jax.numpy as jnp
 from flax import nnx
 
 from arenarl_jax.models import causal_blocks, matmul
-
-CHOICES = ("none", "full", "dots", "dots_no_batch")
-TRAINING_DEFAULT = "dots_no_batch"
+from arenarl_jax.models.settings import REMAT_CHOICES as CHOICES
+from arenarl_jax.models.settings import REMAT_TRAINING_DEFAULT as TRAINING_DEFAULT  # noqa: F401
 
 _cp = jax.checkpoint_policies
 # The partial policies also keep the weight products of models/matmul.py (custom_vjp: their dots
