@@ -24,6 +24,7 @@ from arenarl_jax.judges import make_judge
 from arenarl_jax.models.safetensors_io import export_hf_dir
 from arenarl_jax.rl import experience
 from arenarl_jax.rl import loop
+from arenarl_jax.sampling import policy_sampler
 from arenarl_jax.sft import policy as policy_lib
 from arenarl_jax.sft import stage as sft
 
@@ -160,7 +161,7 @@ def export(config: ml_collections.ConfigDict, workdir: str, path: str = "") -> s
   params, step = rl_params(config, workdir, policy.model)
   if params is not None:
     # On several hosts the state may be spread over them: every host gathers its own copy.
-    policy.model = with_params(policy.model, jax.device_get(experience.on_one_device(params)))
+    policy.model = with_params(policy.model, jax.device_get(policy_sampler.on_one_device(params)))
   path = path or os.path.join(workdir, "export")
   if jax.process_index() == 0:
     export_hf_dir(policy.model, policy.cfg, path)

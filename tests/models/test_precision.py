@@ -31,10 +31,19 @@ def _peaked(cfg: ModelConfig, seed: int):
   return model
 
 
+# A position whose float32 top-1 leads its runner-up by less than this (in logits) is a tie that
+# any rounding may break either way; top-1 agreement is asked of the other positions.
+NEAR_TIE = 0.1
+
+
 def _agreement(want_NTV: np.ndarray, got_NTV: np.ndarray) -> tuple[float, float]:
-  """(max |Δ| / max |logit|, share of positions with the same top-1 token)."""
+  """(max |Δ| / max |logit|, share of decisive positions (float32 margin >= NEAR_TIE) with the
+  same top-1 token)."""
   rel = float(np.max(np.abs(got_NTV - want_NTV)) / np.max(np.abs(want_NTV)))
-  top1 = float(np.mean(np.argmax(got_NTV, -1) == np.argmax(want_NTV, -1)))
+  top2 = np.sort(want_NTV, -1)[..., -2:]
+  decisive = (top2[..., 1] - top2[..., 0]) >= NEAR_TIE
+  same = np.argmax(got_NTV, -1) == np.argmax(want_NTV, -1)
+  top1 = float(np.mean(same[decisive])) if decisive.any() else 1.0
   return rel, top1
 
 
