@@ -5,8 +5,9 @@
   concurrently, and never raises for bad arguments, unknown tools, timeouts or failures: those
   come back as ``ok=False`` with an error text the model sees and an ``error_kind`` for metrics.
 - An **environment** (one per world, chosen by ``env.name``) owns its tasks, its tool source, the
-  rubric judge's checker, the validity rule for answers and an expert agent that writes
-  reference-format messages.
+  rubric judge's checker (partial credit, a training reward), the strict verifier (all or
+  nothing, the evaluation's headline metric and never part of a reward), the validity rule for
+  answers and an expert agent that writes reference-format messages.
 - :func:`make_environment` builds one from the registry, whose keys equal the config values.
 """
 from __future__ import annotations
@@ -70,6 +71,43 @@ class Task:
   constraints: Mapping[str, Any] = dataclasses.field(default_factory=dict)
 
 
+@dataclasses.dataclass(frozen=True)
+class Verification:
+  """The strict verifier's verdict on one trajectory: did it solve its task?
+
+  ``total`` counts the task's requirements (``finished`` is one of them), ``met`` those that
+  hold, and ``unmet`` names the others (``finished``, ``fact:price:<place>``,
+  ``constraint:rating:<place>``, ``count``, ``budget``, ``schedule``, ...). A trajectory that did
+  not finish with an answer meets nothing (``met = 0``) and its ``unmet`` may name ``finished``
+  only. ``solved`` is ``met == total`` (and ``unmet`` is empty exactly then).
+  """
+
+  met: int
+  total: int
+  unmet: tuple[str, ...] = ()
+  solved: bool = dataclasses.field(init=False)
+
+  def __post_init__(self):
+    if self.total < 1 or not 0 <= self.met <= self.total:
+      raise ValueError(f"Verification: need 0 <= met <= total and total >= 1, got met={self.met} "
+                       f"total={self.total}")
+    object.__setattr__(self, "unmet", tuple(self.unmet))
+    # An unfinished trajectory meets nothing but needs only ``finished`` named.
+    if bool(self.unmet) == (self.met == self.total) or len(self.unmet) > self.total - self.met:
+      raise ValueError(f"Verification: unmet {self.unmet!r} disagrees with met={self.met} of "
+                       f"total={self.total}")
+    object.__setattr__(self, "solved", self.met == self.total)
+
+  @property
+  def met_rate(self) -> float:
+    return self.met / self.total
+
+  def as_dict(self) -> dict[str, Any]:
+    """The eval jsonl's fields: ``solved``, ``unmet``, ``met``, ``total``."""
+    return {"solved": self.solved, "unmet": list(self.unmet), "met": self.met,
+            "total": self.total}
+
+
 @runtime_checkable
 class Environment(Protocol):
   """A world: tasks, tools, a checker (the rubric judge's ``Checker``), validity and an expert."""
@@ -87,6 +125,10 @@ class Environment(Protocol):
 
   def checker(self, trajectory: types.Trajectory) -> dict[str, dict[str, float]]:
     """``{"path": {dim: 0-10}, "answer": {dim: 0-10}}`` for the task ``metadata["task_id"]``."""
+    ...
+
+  def verify(self, trajectory: types.Trajectory) -> Verification:
+    """The strict verifier for the task ``metadata["task_id"]``: every requirement must hold."""
     ...
 
   def valid(self, answer: str, task: Task | str | None = None) -> tuple[bool, str]:
