@@ -108,6 +108,23 @@ class Verification:
             "total": self.total}
 
 
+# Finish reasons of a trajectory that ended with its own answer; "" is a trajectory built outside
+# a rollout (from reference messages), which ends where its messages end.
+ANSWERED = ("answer", "")
+
+
+def final_answer(trajectory: types.Trajectory) -> str:
+  """The answer a trajectory finished with, or "" when it did not finish with one: it stopped at
+  a limit (``length``, ``max_turns``), its answer was invalid or failed, or its last turn is a
+  tool call left unanswered. Checkers and verifiers grade this text only."""
+  if trajectory.finish_reason not in ANSWERED or not trajectory.steps:
+    return ""
+  last = trajectory.steps[-1]
+  if last.tool_calls:
+    return ""
+  return last.content or ""
+
+
 @runtime_checkable
 class Environment(Protocol):
   """A world: tasks, tools, a checker (the rubric judge's ``Checker``), validity and an expert."""
