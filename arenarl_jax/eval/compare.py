@@ -51,7 +51,9 @@ from typing import Any, Callable, Sequence
 import numpy as np
 from scipy import stats as scipy_stats
 
+from arenarl_jax.eval import bootstrap
 from arenarl_jax.eval import report as eval_report
+from arenarl_jax.eval import success as success_lib
 from arenarl_jax.text import messages as messages_lib
 from arenarl_jax import types
 from arenarl_jax.eval import tally as win_rate_lib
@@ -91,11 +93,10 @@ def interval(scores: Sequence[float | None], task_ids: Sequence[str], *, method:
     if s is not None:
       sum_K[where[t]] += s
       count_K[where[t]] += 1
-  draw_RK = np.random.default_rng(seed).integers(0, len(tasks), (samples, len(tasks)))
+  draw_RK = bootstrap.resamples(len(tasks), samples, seed)
   with np.errstate(invalid="ignore", divide="ignore"):
     rate_R = sum_K[draw_RK].sum(1) / count_K[draw_RK].sum(1)  # NaN: a resample with none judged
-  low, high = np.nanquantile(rate_R, [0.025, 0.975])
-  return float(low), float(high)
+  return bootstrap.percentile_interval(rate_R)
 
 
 def _rate(scores: Sequence[float | None], task_ids: Sequence[str], method: str, samples: int,
@@ -256,22 +257,26 @@ def evaluate(trajectories: Sequence[types.Trajectory] | Sequence[Sequence[types.
              references: Sequence[types.Trajectory] | None, judge: types.Judge, *,
              settings: EvalSettings = EvalSettings(), step: int = 0,
              second: Sequence[types.Trajectory] | Sequence[Sequence[types.Trajectory]] | None
-             = None, valid: Callable[[str, Any], tuple[bool, str]] | None = None) -> EvalReport:
+             = None, valid: Callable[[str, Any], tuple[bool, str]] | None = None,
+             verify: success_lib.Verify | None = None) -> EvalReport:
   """The policy's evaluation report from its test-task rollouts (``trajectories[b][g]`` or flat).
 
   Win rates against ``references`` (named ``"reference"``) and, when given, against ``second``
   (another policy's rollouts of the same tasks, e.g. the starting SFT policy; named
-  ``settings.opponent``), per subtask and overall, one batched judge call per opponent; and the
-  generation statistics of the policy's trajectories (``rollout/stats.generation_stats``).
+  ``settings.opponent``), per subtask and overall, one batched judge call per opponent; the
+  generation statistics of the policy's trajectories (``rollout/stats.generation_stats``); and,
+  with the environment's strict verifier ``verify``, the solved and requirements-met rates and
+  their paired change from ``second`` (``eval/success.py``).
   """
   policy = flatten(trajectories)
   if not policy:
     raise ValueError("evaluate: no trajectories")
+  start = None if second is None else flatten(second)
   opponents = {}
   if references is not None:
     opponents[REFERENCE] = list(references)
-  if second is not None:
-    opponents[settings.opponent or "opponent"] = flatten(second)
+  if start is not None:
+    opponents[settings.opponent or "opponent"] = start
   comparisons = {
       name: win_rate(policy, opp, judge, name=name, interval_method=settings.interval,
                      samples=settings.bootstrap_samples, seed=settings.seed,
@@ -284,5 +289,21 @@ def evaluate(trajectories: Sequence[types.Trajectory] | Sequence[Sequence[types.
     keep = [k for k, x in enumerate(subtasks) if x == s]
     generation[s] = rollout_stats.generation_stats([policy[k] for k in keep],
                                                  [flags[k] for k in keep])
+  verdicts, start_verdicts, by_where = None, None, {}
+  if verify is not None:
+    verdicts = success_lib.verdicts_of(policy, verify)
+    start_verdicts = None if start is None else success_lib.verdicts_of(start, verify)
+    start_subtasks = None if start is None else [types.subtask_of(t) for t in start]
+    for where in [*sorted(set(subtasks)), eval_report.OVERALL]:
+      keep = [k for k, x in enumerate(subtasks) if where in (x, eval_report.OVERALL)]
+      keep0 = None if start is None else [k for k, x in enumerate(start_subtasks)
+                                          if where in (x, eval_report.OVERALL)]
+      by_where[where] = success_lib.success(
+          [policy[k] for k in keep], [verdicts[k] for k in keep],
+          start=None if start is None else [start[k] for k in keep0],
+          start_verdicts=None if start is None else [start_verdicts[k] for k in keep0],
+          samples=settings.bootstrap_samples, seed=settings.seed)
   return EvalReport(step=int(step), trajectories=tuple(policy), valid=flags,
-                    comparisons=comparisons, generation=generation)
+                    comparisons=comparisons, generation=generation,
+                    verdicts=None if verdicts is None else tuple(verdicts), success=by_where,
+                    start_verdicts=None if start_verdicts is None else tuple(start_verdicts))

@@ -9,8 +9,11 @@ references are the environment's expert at ``env.reference_error_rate`` (the tes
 references). The judge is the rubric judge WITHOUT noise (the environment's checker), whatever
 judge trained the policy: the training judge's noise is part of the experiment, the measurement
 must not share it. Rollouts use ``eval.sampling`` (greedy by default), so an evaluation is a
-deterministic function of the parameters. Each evaluation writes ``<workdir>/eval/eval_<step>.jsonl``
-(trajectories with their match logs and the checker's per-dimension scores; never overwritten),
+deterministic function of the parameters. The headline is the environment's strict verifier
+(``env.verify``: the solved and requirements-met rates, and their change from the starting
+policy paired over tasks); it never enters a reward. Each evaluation writes
+``<workdir>/eval/eval_<step>.jsonl`` (trajectories with their verdicts, match logs and the
+checker's per-dimension scores; never overwritten),
 appends its summary to ``<workdir>/eval/summary.jsonl`` and its scalars to the run's metrics.
 """
 from __future__ import annotations
@@ -24,6 +27,7 @@ import jax
 import ml_collections
 
 from arenarl_jax.eval import compare as evaluate_lib
+from arenarl_jax.eval import report as eval_report
 from arenarl_jax import types
 from arenarl_jax.envs import compact_schemas
 from arenarl_jax.judges import rubric_judge
@@ -71,7 +75,8 @@ class Evaluator:
     policy_rows = list(trajectories) if trajectories is not None else self.rollouts(params)
     t1 = time.perf_counter()
     report = evaluate_lib.evaluate(policy_rows, self.references, self.judge,
-                                   settings=self.settings, step=step, second=second)
+                                   settings=self.settings, step=step, second=second,
+                                   verify=getattr(self.env, "verify", None))
     if write and jax.process_index() == 0:
       os.makedirs(self.dir, exist_ok=True)
       evaluate_lib.write_jsonl(report, self.dir)
@@ -92,12 +97,16 @@ def opponent_valid_rate(report: evaluate_lib.EvalReport, opponent: str = "sft") 
 
 def result_line(report: evaluate_lib.EvalReport, opponent: str = "sft") -> str:
   """``RESULT win_rate_vs_sft=... ci_low=... ci_high=... win_rate_vs_reference=... valid_rate=...
-  valid_rate_start=... test_tasks=...`` (``valid_rate_start``: the starting policy's, when it is
-  the second opponent)."""
+  valid_rate_start=... test_tasks=...`` then the strict verifier's ``solved_rate
+  solved_rate_start solved_diff solved_diff_ci_low solved_diff_ci_high`` and the same five for
+  ``met``, ``limit_stop_rate``, and ``wins_vs_sft ties_vs_sft losses_vs_sft
+  win_rate_vs_sft_conservative``. Keys about the start appear when it is the second opponent;
+  the verifier's when the environment has one."""
   ref = report.comparisons[evaluate_lib.REFERENCE].overall
+  second = report.comparisons.get(opponent)
   parts = []
-  if opponent in report.comparisons:
-    w = report.comparisons[opponent].overall
+  if second is not None:
+    w = second.overall
     parts += [f"win_rate_vs_{opponent}={w.rate:.4f}", f"ci_low={w.low:.4f}",
               f"ci_high={w.high:.4f}"]
   parts += [f"win_rate_vs_reference={ref.rate:.4f}",
@@ -106,4 +115,19 @@ def result_line(report: evaluate_lib.EvalReport, opponent: str = "sft") -> str:
   if start is not None:
     parts.append(f"valid_rate_start={start:.4f}")
   parts.append(f"test_tasks={len(set(t.metadata['task_id'] for t in report.trajectories))}")
+  s = report.success.get(eval_report.OVERALL)
+  if s is not None:
+    for name in ("solved", "met"):
+      parts.append(f"{name}_rate={getattr(s, name).value:.4f}")
+      if getattr(s, f"{name}_start") is not None:
+        d = getattr(s, f"{name}_diff")
+        parts += [f"{name}_rate_start={getattr(s, f'{name}_start').value:.4f}",
+                  f"{name}_diff={d.value:.4f}", f"{name}_diff_ci_low={d.low:.4f}",
+                  f"{name}_diff_ci_high={d.high:.4f}"]
+  parts.append(f"limit_stop_rate={eval_report.limit_stops(report.generation['overall']):.4f}")
+  if second is not None:
+    w = second.overall
+    parts += [f"wins_vs_{opponent}={w.wins}", f"ties_vs_{opponent}={w.ties}",
+              f"losses_vs_{opponent}={w.losses}",
+              f"win_rate_vs_{opponent}_conservative={w.conservative:.4f}"]
   return "RESULT " + " ".join(parts)

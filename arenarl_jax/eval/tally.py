@@ -12,7 +12,8 @@ TOLERANCE = 1e-6  # the tournament's tie tolerance on bidirectional sums
 
 @dataclasses.dataclass(frozen=True)
 class WinRate:
-  """``rate`` = (wins + ties / 2) / judged over the matches that did not fail (NaN if none).
+  """``rate`` = (wins + ties / 2) / judged over the matches that did not fail (NaN if none);
+  ``conservative`` counts the failed ones as losses for the policy.
 
   The evaluation adds the rate's 95% interval (``eval.compare``); a bare tally has none (NaN).
   """
@@ -35,12 +36,20 @@ class WinRate:
     return (self.wins + 0.5 * self.ties) / self.judged if self.judged else float("nan")
 
   @property
+  def conservative(self) -> float:
+    """The rate with every failed match counted as a loss for the policy: (wins + ties / 2) /
+    (judged + failed). A policy that breaks the judge when it would lose gains nothing here."""
+    total = self.judged + self.failed
+    return (self.wins + 0.5 * self.ties) / total if total else float("nan")
+
+  @property
   def failure_rate(self) -> float:
     total = self.judged + self.failed
     return self.failed / total if total else float("nan")
 
   def to_dict(self) -> dict[str, Any]:
-    return {**dataclasses.asdict(self), "rate": self.rate, "judged": self.judged}
+    return {**dataclasses.asdict(self), "rate": self.rate, "judged": self.judged,
+            "conservative": self.conservative}
 
 
 def _check_side(side: str) -> None:
