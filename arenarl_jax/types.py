@@ -57,7 +57,9 @@ class Trajectory:
   logprobs: np.ndarray | None = None  # float32 [T]: sampler log-probs on sampled ids, 0 elsewhere
   messages: tuple[Mapping[str, Any], ...] = ()  # the reference-format conversation (text/messages.py)
   finish_reason: str = ""  # "answer" | "length" | "max_turns" | "invalid" | "error"
-  # task_id, subtask, policy_step, temperature, greedy, turn_stop_reasons, tool_log, ...
+  # task_id, subtask, policy_step, temperature, greedy, turn_stop_reasons, tool_log, ...;
+  # ranked=False (set by rl/experience.py) when the judge gave it no rank evidence (a failed
+  # match or pointwise score, or a dropped group): it trains with loss mask 0 (rl/batch.py)
   metadata: Mapping[str, Any] = dataclasses.field(default_factory=dict)
 
   @property
@@ -85,9 +87,10 @@ class MatchResult:
   A failed match (a reply that still fails after constrained decoding and the bounded repair
   path) has ``ok=False`` and an ``error`` message; its scores carry no information (backends put
   0, 0) and are ignored. Which side broke the judge is unknowable, so the failure rule holds for
-  both: the tournament leaves the match out of the ranking evidence and demotes BOTH players to
-  a shared last place with base reward 0 (tournament/topology.py), so no trajectory gains from a
-  failure. It is never a tie. A failed evaluation match is left out of the win rate and counted
+  both: the tournament leaves the match out of the ranking evidence and UNRANKS both players
+  (``GroupResult.ranked`` False: advantage 0, loss mask 0), so a failure teaches nothing and no
+  trajectory gains or loses by it (tournament/topology.py). It is never a tie. A failed
+  evaluation match is left out of the win rate and counted
   (``eval/tally.py``).
   ``requests`` counts the judge requests this match actually sent, set by the judge itself (2 per
   match when both orders were asked, 0 when cached, more with re-asks); ``detail`` carries
@@ -138,13 +141,16 @@ class Stateless:
 class GroupResult:
   """What the tournament computed for one group of N trajectories."""
 
-  order: tuple[int, ...]  # trajectory indices, best first
-  ranks: np.ndarray  # int32 [N], 1 = best ("min" ranks for ties; demoted players share the last)
-  base_rewards: np.ndarray  # float32 [N] in [0, 1]
-  advantages: np.ndarray  # float32 [N]
+  order: tuple[int, ...]  # trajectory indices, best first; the unranked last
+  ranks: np.ndarray  # int32 [N], 1 = best ("min" ranks for ties; the unranked share the last)
+  base_rewards: np.ndarray  # float32 [N] in [0, 1]: standing among the ranked; unranked 0
+  advantages: np.ndarray  # float32 [N], standardized over the ranked; unranked 0
+  # bool [N]: True = has rank evidence and trains (loss mask 1). False for the players of a
+  # failed match, and for every player of a group with fewer than two ranked (dropped).
+  ranked: np.ndarray
   matches: tuple[tuple[Match, MatchResult], ...]  # the match log, in play order
   requests: int  # judge requests (one match = two), as the judge counted them
-  failures: int  # failed matches (left out of the evidence; both players demoted, reward 0)
+  failures: int  # failed matches (left out of the evidence; both players unranked)
 
 
 def subtask_of(trajectory: Trajectory) -> str:

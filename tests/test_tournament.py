@@ -58,6 +58,7 @@ def test_round_robin_hand_vector_n4():
   np.testing.assert_allclose(res.advantages, [0.19868, 0.99340, -1.39076, 0.19868], atol=1e-5)
   assert res.order == (1, 0, 3, 2)
   assert res.requests == 12 and res.failures == 0
+  assert res.ranked.dtype == bool and res.ranked.all()
 
 
 @pytest.mark.parametrize("name", NAMES)
@@ -158,15 +159,17 @@ def test_all_tied_groups_give_zero_advantages(name):
     np.testing.assert_array_equal(res.ranks, np.ones(len(res.order)))
 
 
-def test_failed_matches_demote_both_players_logged_and_counted(caplog):
+def test_failed_matches_unrank_both_players_logged_and_counted(caplog):
   judge = ScoreMatrixJudge(pairwise(RR_N4, 4), fail_pairs=[(3, 0)])  # 0 < 3 fails
   with caplog.at_level(logging.WARNING):
     (res,) = tournament.rank(make_groups([4]), judge, "round_robin", 0, failure_threshold=0.2)
-  # Points without (0, 3): 0: 1 + 0.5, 1: 0 + 1 + 1, 2: 0.5 + 0 + 0.5, 3: 0 + 0.5. As a tie the
-  # failure would give 0 and 3 half a point each (old rule: ranks [1, 1, 3, 3]); now 0 and 3 share
-  # the last place: ranks [3, 1, 2, 3], rewards [0, 1, 0.5, 0].
+  # Points without (0, 3): 0: 1 + 0.5, 1: 0 + 1 + 1, 2: 0.5 + 0 + 0.5, 3: 0 + 0.5. 0 and 3 are
+  # unranked (no advantage, no gradient); 1 and 2 are ranked among themselves: 2 points > 1, so
+  # x = [-, 1, 0, -] and advantages +-0.7071. (The old demotion rule gave [0, 1, 0.5, 0].)
   np.testing.assert_array_equal(res.ranks, [3, 1, 2, 3])
-  np.testing.assert_allclose(res.base_rewards, [0.0, 1.0, 0.5, 0.0])
+  np.testing.assert_allclose(res.base_rewards, [0.0, 1.0, 0.0, 0.0])
+  np.testing.assert_array_equal(res.ranked, [False, True, True, False])
+  np.testing.assert_allclose(res.advantages, [0.0, 0.70710, -0.70710, 0.0], atol=1e-5)
   assert res.order == (1, 2, 0, 3)
   assert res.failures == 1 and res.requests == 12
   failed = [(m.i, m.j) for m, r in res.matches if not r.ok]

@@ -1,8 +1,9 @@
 """The failure rule on every topology, and hand-worked tie-breaks against ARENARL.md §4.
 
 Rule (tournament/topology.py): a failed match is left out of the ranking evidence and both of
-its players are demoted to a shared last place with base reward 0, so no trajectory ever ends
-with a higher base reward because a match failed (whichever side broke the judge).
+its players are unranked (advantage 0, ``ranked`` False: no gradient), whichever side broke the
+judge; the others are ranked and standardized among themselves. tests/test_failure_rule.py
+checks the rule's advantages and masks under random failure patterns.
 """
 import itertools
 
@@ -65,39 +66,49 @@ def test_double_elimination_orders_a_batch_by_average_match_score():
 
 
 def test_anchor_failure_hand_checked():
-  # (1, 0) fails: 1 and the anchor are demoted; the anchor's mean leaves the failed match out.
+  # (1, 0) fails: 1 and the anchor are unranked; 2 (12) and 3 (8) are ranked among themselves.
   s = np.array([[0, 10, 8, 12], [10, 0, 0, 0], [12, 0, 0, 0], [8, 0, 0, 0.0]])
   res = rank(s, "anchor", fail_pairs=[(1, 0)])
   assert res.order == (2, 3, 0, 1) and res.failures == 1
   np.testing.assert_array_equal(res.ranks, [3, 3, 1, 2])
-  np.testing.assert_allclose(res.base_rewards, [0.0, 0.0, 1.0, 0.5])
+  np.testing.assert_allclose(res.base_rewards, [0.0, 0.0, 1.0, 0.0])
+  np.testing.assert_array_equal(res.ranked, [False, False, True, True])
+  np.testing.assert_allclose(res.advantages, [0.0, 0.0, 0.70710, -0.70710], atol=1e-5)
 
 
 def test_swiss_failure_hand_checked():
-  # N = 4, two rounds. Every match of player 3 fails: 3 and its opponents share the last place.
+  # N = 4, two rounds. Every match of player 3 fails: 3 and its opponents are unranked; with
+  # two of them the other two are ranked, with three the group is dropped.
   s = np.array([[0, 12, 14, 10], [8, 0, 11, 10], [6, 9, 0, 10], [10, 10, 10, 0.0]])
   res = rank(s, "swiss", fail_pairs=[(3, k) for k in range(3)])
   failed = {p for m, r in res.matches if not r.ok for p in (m.i, m.j)}
   assert 3 in failed and len(failed) >= 2
   for p in failed:
     assert res.base_rewards[p] == 0.0 and res.ranks[p] == 5 - len(failed)
+    assert not res.ranked[p] and res.advantages[p] == 0.0
   assert set(res.order[-len(failed):]) == failed
+  others = sorted(set(range(4)) - failed)
+  assert list(res.ranked[others]) == [len(others) >= 2] * len(others)
 
 
 def test_single_elimination_failure_better_seed_advances():
   # Seeds 2, 0, 3, 1. The final (2 v 3) fails: the better seed 2 is "champion" for the bracket
-  # but both finalists are demoted behind the round-1 losers 1 and 0.
+  # but both finalists are unranked; the round-1 losers 1 and 0 are ranked, 1 first.
   res = rank(S4, "single_elimination", fail_pairs=[(2, 3)])
   assert [(m.i, m.j) for m, _ in res.matches][-1] == (2, 3)
   assert res.order == (1, 0, 2, 3)
   np.testing.assert_array_equal(res.ranks, [2, 1, 3, 3])
-  np.testing.assert_allclose(res.base_rewards, [2 / 3, 1.0, 0.0, 0.0], atol=1e-6)
+  np.testing.assert_allclose(res.base_rewards, [0.0, 1.0, 0.0, 0.0], atol=1e-6)
+  np.testing.assert_array_equal(res.ranked, [True, True, False, False])
+  np.testing.assert_allclose(res.advantages, [-0.70710, 0.70710, 0.0, 0.0], atol=1e-5)
 
 
 @pytest.mark.parametrize("name", NAMES)
 def test_no_player_gains_from_a_failure(name):
-  """Property: failing any set of pairs never raises the base reward of a player in a failed
-  match (both sides), and such players always get 0 and sit after everyone else."""
+  """Property: failing any set of pairs gives every player of a failed match (both sides)
+  advantage 0, ``ranked`` False and base reward 0, listed after everyone else; the ranked
+  players' base rewards span [0, 1] among themselves (Swiss: full ties share the mean of their
+  positions, so their mean is 0.5)."""
   rng = np.random.default_rng(hash(name) % 2**32)
   for trial in range(60):
     n = int(rng.integers(2, 9))
@@ -111,14 +122,20 @@ def test_no_player_gains_from_a_failure(name):
     else:
       fail = [p for p in pairs if rng.random() < 0.3]
     seed = int(rng.integers(1000))
-    real = rank(s, name, seed)
     broken = rank(s, name, seed, fail_pairs=fail)
     failed = {p for m, r in broken.matches if not r.ok for p in (m.i, m.j)}
     assert broken.failures == len([r for _, r in broken.matches if not r.ok])
     for p in failed:
-      assert broken.base_rewards[p] == 0.0 <= real.base_rewards[p]
-      assert broken.ranks[p] == broken.ranks.max()
+      assert broken.base_rewards[p] == 0.0 and broken.advantages[p] == 0.0
+      assert not broken.ranked[p] and broken.ranks[p] == broken.ranks.max()
     if failed:
       assert set(broken.order[-len(failed):]) == failed
       assert broken.ranks.max() == n - len(failed) + 1
+    kept = [p for p in range(n) if p not in failed]
+    assert broken.ranked.sum() == (len(kept) if len(kept) >= 2 else 0)
+    x = broken.base_rewards[kept]
+    if len(kept) >= 2 and np.ptp(x) > 0 and name == "swiss":
+      assert x.mean() == pytest.approx(0.5)
+    elif len(kept) >= 2 and np.ptp(x) > 0:
+      assert x.max() == 1.0 and x.min() == 0.0
     assert broken.base_rewards.max() <= 1.0 and broken.base_rewards.min() >= 0.0

@@ -205,3 +205,33 @@ def test_standings_agree_with_the_advantages_reference():
     np.testing.assert_array_equal(st.ranks, np.array(better) + 1)
     np.testing.assert_allclose(st.rewards, rewards.rewards_from_order(st.order, st.ranks),
                                atol=1e-7)
+
+
+def test_standings_with_failures_rank_the_others_among_themselves():
+  """Unranked players (``failed``) get x = 0, ``ranked`` False and the shared last rank; the
+  others get exactly the standing they would have in a group of their own."""
+  rng = np.random.default_rng(1)
+  for _ in range(200):
+    n = int(rng.integers(2, 12))
+    failed = {p for p in range(n) if rng.random() < 0.3}
+    kept = [p for p in range(n) if p not in failed]
+    scores = (rng.integers(0, 6, n) * 2.5).tolist()
+    keys = list(zip(rng.integers(0, 3, n) * 0.5, rng.integers(0, 3, n) * 0.5))
+    order = rng.permutation(n).tolist()
+    for st, alone in (
+        (topology.standing_from_scores(scores, failed),
+         topology.standing_from_scores([scores[p] for p in kept])),
+        (topology.standing_from_tiers(keys, failed),
+         topology.standing_from_tiers([keys[p] for p in kept])),
+        (topology.standing_from_order(order, failed),
+         topology.standing_from_order([kept.index(p) for p in order if p in kept]))):
+      np.testing.assert_array_equal(st.ranked, [p not in failed for p in range(n)])
+      assert [p for p in st.order if p in kept] == [kept[q] for q in alone.order]
+      assert set(st.order[len(kept):]) == failed
+      for p in failed:
+        assert st.rewards[p] == 0.0 and st.ranks[p] == len(kept) + 1
+      if len(kept) >= 2:
+        np.testing.assert_array_equal(st.rewards[kept], alone.rewards)
+        np.testing.assert_array_equal(st.ranks[kept], alone.ranks)
+      else:
+        np.testing.assert_array_equal(st.rewards, np.zeros(n))

@@ -2,9 +2,11 @@
 
 ``rank(groups, judge, topology, rng)`` takes ``groups[b]`` = the N >= 2 trajectories of prompt b
 (index 0 = greedy anchor, all with the same ``query``) and returns one ``GroupResult`` per group:
-final order, ranks, base rewards, float32 advantages, the match log and request/failure counts.
-A failed match is left out of the ranking evidence and demotes both of its players to a shared
-last place with base reward 0, on every topology (topology.py): no trajectory gains from a failure.
+final order, ranks, base rewards, float32 advantages, the ranked mask, the match log and
+request/failure counts. A failed match is left out of the ranking evidence and unranks both of
+its players on every topology (topology.py): advantage 0 and loss mask 0, so a failure teaches
+nothing; the others are standardized among themselves, and a group with fewer than two ranked
+players is dropped.
 All groups advance round by round; each round is one batched ``judge.judge`` call.
 ``TOPOLOGIES`` keys equal the config values: anchor, round_robin, swiss, double_elimination,
 single_elimination (seeded).

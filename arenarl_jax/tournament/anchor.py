@@ -9,7 +9,7 @@ from arenarl_jax.tournament import topology
 def play(n: int, rng: np.random.Generator | None = None) -> topology.Play:
   """score_i = its match score; the anchor's score = mean of its N-1 scores; min-rank ties.
 
-  A failed match is left out of the anchor's mean, and i and the anchor are demoted (topology.py).
+  A failed match is left out of the anchor's mean, and i and the anchor are unranked (topology.py).
   """
   del rng  # deterministic
   pairs = [(i, 0) for i in range(1, n)]

@@ -7,8 +7,9 @@ gives its challenger 0 and is left out of the anchor's mean, as single eliminati
 agreement of one group is Kendall's tau-b between the seeding scores and the final standing
 (higher score vs better rank): 1 when the bracket only confirmed the seeding, lower the more it
 reordered. ``anchor`` ranks by the seeding scores themselves, so it always gives 1 (when
-defined). A group whose seeding or final ranks are all tied has no tau and is left out; other
-topologies have no seeding and get None.
+defined). Only ranked trajectories count (``GroupResult.ranked``: an unranked one's rank is a
+placeholder). A group whose seeding or final ranks are all tied among its ranked trajectories
+has no tau and is left out; other topologies have no seeding and get None.
 """
 from __future__ import annotations
 
@@ -40,10 +41,14 @@ def seeding_scores(result: GroupResult, n: int) -> np.ndarray:
 
 
 def seeding_tau(result: GroupResult) -> float | None:
-  """Kendall's tau-b between the group's seeding scores and its final ranks (None if undefined)."""
+  """Kendall's tau-b between the group's seeding scores and its final ranks over its ranked
+  trajectories (None if undefined)."""
   n = len(result.ranks)
-  scores = seeding_scores(result, n)
-  ranks = -np.asarray(result.ranks, np.float64)  # higher = better, like the scores
+  ranked = np.asarray(result.ranked, bool)
+  scores = seeding_scores(result, n)[ranked]
+  ranks = -np.asarray(result.ranks, np.float64)[ranked]  # higher = better, like the scores
+  if len(scores) < 2:
+    return None
   if np.ptp(scores) == 0 or np.ptp(ranks) == 0:
     return None
   tau = scipy_stats.kendalltau(scores, ranks).statistic

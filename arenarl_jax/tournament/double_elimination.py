@@ -30,7 +30,7 @@ def play(n: int, rng: np.random.Generator | None = None) -> topology.Play:
   unbeaten = list(range(n))
   one_loss: list[int] = []
   eliminated: list[list[int]] = []  # batches, earliest first
-  failed: set[int] = set()  # players of a failed match: demoted at the end (topology.py)
+  failed: set[int] = set()  # players of a failed match: unranked at the end (topology.py)
 
   def settle(pairs, scores):
     """(winners, losers) of ``pairs``; on a tie or a failed match P advances (P is random: pairs

@@ -33,11 +33,13 @@ def rank(
   share one ``query``, which fills ``Match.query``; ``Match.group`` is b. Sizes may differ.
   ``rng`` (a seed or a numpy Generator) is split into one stream per group, so a group's result
   depends only on its seed stream, its index and the judge. A failed match (``ok=False``; its
-  scores are ignored) is left out of the ranking evidence and demotes both of its players to a
-  shared last place with base reward 0 on every topology (topology.py), so no trajectory gains
-  from breaking the judge. Failures are logged and counted in ``GroupResult.failures``; when
-  more than ``failure_threshold`` of all matches of this call fail, a ``JudgeFailureError`` is
-  raised (as soon as that is certain).
+  scores are ignored) is left out of the ranking evidence and UNRANKS both of its players on
+  every topology (topology.py): they get advantage 0 and ``GroupResult.ranked`` False (loss mask
+  0: a failure teaches nothing, whichever side broke the judge). The others are standardized
+  among themselves; a group with fewer than two ranked players is dropped (all advantages 0, all
+  ``ranked`` False). Failures are logged and counted in ``GroupResult.failures``; when more than
+  ``failure_threshold`` of all matches of this call fail, a ``JudgeFailureError`` is raised (as
+  soon as that is certain).
   """
   spec = registry.TOPOLOGIES.get(topology)
   if spec is None:
@@ -74,7 +76,7 @@ def rank(
       failed_so_far += num_failed
       first = next(r for r in results if not r.ok)
       logging.warning("tournament %s round %d: %d of %d matches failed; their players are "
-                      "demoted (first error: %s)", topology, round_index, num_failed,
+                      "unranked (first error: %s)", topology, round_index, num_failed,
                       len(matches), first.error)
       # The final rate is failed / planned, so passing the threshold is already certain here.
       if failed_so_far > failure_threshold * planned:
@@ -96,22 +98,24 @@ def rank(
       start = stop
     active, round_index = next_active, round_index + 1
 
-  advantages_by_group = _standardize_all([s.rewards for s in standings])
+  advantages_by_group = _standardize_all(standings)
   return [
       GroupResult(order=s.order, ranks=s.ranks, base_rewards=s.rewards, advantages=adv,
-                  matches=tuple(log), requests=req, failures=fail)
+                  ranked=rewards_lib.trainable(s.ranked), matches=tuple(log), requests=req,
+                  failures=fail)
       for s, adv, log, req, fail in zip(standings, advantages_by_group, logs, requests, failures)
   ]
 
 
-def _standardize_all(rewards: list[np.ndarray]) -> list[np.ndarray]:
-  """Advantages per group, one vectorized call per group size."""
-  out: list[np.ndarray | None] = [None] * len(rewards)
+def _standardize_all(standings: list[topology_lib.Standing]) -> list[np.ndarray]:
+  """Advantages per group over its ranked players, one vectorized call per group size."""
+  out: list[np.ndarray | None] = [None] * len(standings)
   by_size: dict[int, list[int]] = {}
-  for b, x in enumerate(rewards):
-    by_size.setdefault(len(x), []).append(b)
+  for b, s in enumerate(standings):
+    by_size.setdefault(len(s.rewards), []).append(b)
   for members in by_size.values():
-    adv_BG = rewards_lib.standardize(np.stack([rewards[b] for b in members]))
+    adv_BG = rewards_lib.standardize_ranked(np.stack([standings[b].rewards for b in members]),
+                                            np.stack([standings[b].ranked for b in members]))
     for row, b in enumerate(members):
       out[b] = adv_BG[row]
   return out

@@ -1,6 +1,9 @@
 """Ranks or a final order -> base rewards in [0, 1] -> group-normalized advantages (ARENARL.md §2).
 
 All functions are host-side numpy. Rewards and advantages are float32; the math runs in float64.
+``standardize_ranked`` normalizes over the trajectories that have evidence (a tournament's ranked
+players, GRPO's judged scores) and gives the others 0; ``trainable`` is the loss mask that goes
+with it: a group with fewer than two such trajectories is dropped whole.
 """
 from __future__ import annotations
 
@@ -76,3 +79,40 @@ def standardize(rewards_xG: np.ndarray) -> np.ndarray:
   mean = x.mean(axis=-1, keepdims=True)
   std = x.std(axis=-1, ddof=1, keepdims=True)
   return ((x - mean) / (std + EPS)).astype(np.float32)
+
+
+MIN_RANKED = 2  # fewer ranked trajectories than this in a group: the group is dropped
+
+
+def trainable(ranked_xG: np.ndarray) -> np.ndarray:
+  """bool [..., G]: ``ranked_xG`` where the group has at least two ranked entries, else False."""
+  ranked_xG = np.asarray(ranked_xG, bool)
+  return ranked_xG & (ranked_xG.sum(axis=-1, keepdims=True) >= MIN_RANKED)
+
+
+def standardize_ranked(rewards_xG: np.ndarray, ranked_xG: np.ndarray) -> np.ndarray:
+  """``standardize`` over the ranked entries of each group only, float32; unranked entries and
+  every entry of a group with fewer than two ranked get 0 (their values are ignored, NaN too).
+
+  A group whose entries are all ranked gives exactly ``standardize``'s values.
+  """
+  x = np.asarray(rewards_xG, np.float64)
+  if x.ndim < 1 or x.shape[-1] < 2:
+    raise ValueError(f"standardize_ranked: a group needs at least 2 trajectories, got shape "
+                     f"{x.shape}")
+  ranked = np.asarray(ranked_xG, bool)
+  if ranked.shape != x.shape:
+    raise ValueError(f"standardize_ranked: ranked {ranked.shape} does not match rewards "
+                     f"{x.shape}")
+  if not np.all(np.isfinite(x[ranked])):
+    raise ValueError(f"standardize_ranked: non-finite ranked values {x!r}")
+  keep = trainable(ranked)
+  x = np.where(keep, x, 0.0)
+  count = keep.sum(axis=-1, keepdims=True)
+  mean = x.sum(axis=-1, keepdims=True) / np.maximum(count, 1)
+  var = (np.where(keep, x - mean, 0.0)**2).sum(axis=-1, keepdims=True) / np.maximum(count - 1, 1)
+  out = np.where(keep, (x - mean) / (np.sqrt(var) + EPS), 0.0)
+  full = keep.all(axis=-1)
+  if full.any():  # the unmasked formula, bit for bit
+    out[full] = standardize(x[full])
+  return out.astype(np.float32)

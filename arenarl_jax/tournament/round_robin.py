@@ -8,7 +8,7 @@ from arenarl_jax.tournament import topology
 
 def play(n: int, rng: np.random.Generator | None = None) -> topology.Play:
   """Pairs (i, j) with i < j, i as P; rank by points; a failed match gives no points and
-  demotes both players (topology.py)."""
+  unranks both players (topology.py)."""
   del rng  # deterministic
   pairs = [(i, j) for i in range(n) for j in range(i + 1, n)]
   scores = yield pairs

@@ -30,7 +30,7 @@ def play(n: int, rng: np.random.Generator | None = None) -> topology.Play:
   Every player keeps a list of points (as ``total`` and ``played``): player i >= 1 one entry, its
   seeding score; the anchor ONE entry, the mean of its N-1 seeding scores; then one entry per
   bracket match. A failed match adds no entry, the better seed advances, and both players are
-  demoted (topology.py).
+  unranked (topology.py).
   """
   del rng  # deterministic: ties go to the better seed
   tol, key = topology.TOLERANCE, topology.sort_key

@@ -20,7 +20,7 @@ def play(n: int, rng: np.random.Generator | None = None) -> topology.Play:
   if rng is None:
     raise ValueError("swiss: needs a seeded numpy Generator for its random orderings")
   points = [0.0] * n
-  failed: set[int] = set()  # players of a failed match: demoted at the end (topology.py)
+  failed: set[int] = set()  # players of a failed match: unranked at the end (topology.py)
   had_bye = [False] * n
   opponents: list[set[int]] = [set() for _ in range(n)]
   for _ in range(num_rounds(n)):

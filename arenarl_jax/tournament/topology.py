@@ -6,13 +6,17 @@ score_q) tuple of floats, or ``None`` for a failed match, and the generator fina
 ``Standing``.
 
 The failure rule (every topology): the judge could not say which side broke a failed match, so
-the rule must hold for both sides. A failed match is left out of the ranking evidence (no points,
-no entry in any average; where a bracket must advance someone, the better seed advances, or P,
-who is random, in double elimination), and both of its players are demoted: they are placed
-after every trajectory without a failed match, share the last rank and get base reward 0, the
-lowest there is. So no trajectory ever ends with a higher base reward because a match failed. The engine interleaves the generators of all groups, so each round of
-every group goes to the judge in one batch. Plain Python lists keep the per-group cost low: the
-host bookkeeping for 256 groups must stay far below one judge round trip.
+the rule must hold for both sides, and a failure teaches nothing. A failed match is left out of
+the ranking evidence (no points, no entry in any average; where a bracket must advance someone,
+the better seed advances, or P, who is random, in double elimination), and both of its players
+are UNRANKED (``Standing.ranked`` False): they carry no rank evidence, so training gives them
+advantage 0 and loss mask 0 (no reward, no punishment). The others are ranked among themselves:
+their base rewards are their standing among the ranked players only, in [0, 1], as if the
+unranked were not in the group; the unranked are listed after them, share the rank after the
+last ranked one and get the placeholder reward 0. The engine interleaves the generators of all
+groups, so each round of every group goes to the judge in one batch. Plain Python lists keep
+the per-group cost low: the host bookkeeping for 256 groups must stay far below one judge round
+trip.
 """
 from __future__ import annotations
 
@@ -34,11 +38,12 @@ _BELOW_ALL = 1 << 62  # sort key (negated score) below every real score
 
 @dataclasses.dataclass(frozen=True)
 class Standing:
-  """A topology's verdict for one group."""
+  """A topology's verdict for one group (failure rule above)."""
 
-  order: tuple[int, ...]  # best first
-  ranks: np.ndarray  # int32 [G], 1 = best, min ranks for ties
-  rewards: np.ndarray  # float32 [G] base rewards x in [0, 1]
+  order: tuple[int, ...]  # best first; unranked players last
+  ranks: np.ndarray  # int32 [G], 1 = best, min ranks for ties; the unranked share the last
+  rewards: np.ndarray  # float32 [G] base rewards x in [0, 1] among the ranked; unranked 0
+  ranked: np.ndarray  # bool [G]: False for the players of a failed match (no rank evidence)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -65,57 +70,66 @@ def sort_key(score: float) -> int:
   return int(score * _SCALE + 0.5)
 
 
+def _ranked_mask(n: int, failed: Collection[int]) -> np.ndarray:
+  return np.array([p not in failed for p in range(n)], bool)
+
+
 def standing_from_scores(scores: list[float], failed: Collection[int] = ()) -> Standing:
   """Min ranks by score (anchor, round robin): x = (max_rank - rank) / (max_rank - 1).
 
-  Same as ``rewards.min_ranks`` + ``rewards_from_ranks`` on quantized scores, in plain Python
-  because a group is small and there are hundreds of them. Players in ``failed`` rank below
-  everyone else, tied, so they share the largest rank and x = 0.
+  Same as ``rewards.min_ranks`` + ``rewards_from_ranks`` on the quantized scores of the ranked
+  players, in plain Python because a group is small and there are hundreds of them. Players in
+  ``failed`` are unranked: after everyone else, tied at the next rank, x = 0.
   """
   n = len(scores)
   keys = [_BELOW_ALL if p in failed else -sort_key(s) for p, s in enumerate(scores)]
   order = sorted(range(n), key=keys.__getitem__)  # stable: equal scores by index
   ranks = [0] * n
-  rank, previous = 0, None
+  rank, previous, max_rank = 0, None, 0
   for position, player in enumerate(order):
     if keys[player] != previous:
       rank, previous = position + 1, keys[player]
     ranks[player] = rank
-  x = [(rank - r) / (rank - 1) for r in ranks] if rank > 1 else [0.0] * n
-  return Standing(tuple(order), np.array(ranks, np.int32), np.array(x, np.float32))
+    if player not in failed:
+      max_rank = rank
+  x = [(max_rank - r) / (max_rank - 1) if max_rank > 1 and p not in failed else 0.0
+       for p, r in enumerate(ranks)]
+  return Standing(tuple(order), np.array(ranks, np.int32), np.array(x, np.float32),
+                  _ranked_mask(n, failed))
 
 
 def standing_from_tiers(keys: list[tuple[float, ...]], failed: Collection[int] = ()) -> Standing:
   """Order by descending ``keys`` (then index); equal keys are full ties that share the average
-  x of their positions and the smallest rank (Swiss). Same as ``rewards.rewards_from_order``.
-  Players in ``failed`` come last as one tier that shares the last rank and x = 0 (not the
-  average of its positions: a failure must not lift anyone above the last place's reward).
+  x of their positions and the smallest rank (Swiss). Same as ``rewards.rewards_from_order`` over
+  the ranked players. Players in ``failed`` are unranked: one last tier, x = 0.
   """
   n = len(keys)
   order = sorted(range(n), key=lambda p: (p in failed, tuple(-k for k in keys[p]), p))
+  kept = n - len(set(failed) & set(range(n)))
   ranks = [0] * n
   x = [0.0] * n
   start = 0
   while start < n:
     stop = start + 1
-    if order[start] in failed:  # the failure tier: everyone left
+    if start >= kept:  # the unranked: everyone left
       stop = n
-    while stop < n and keys[order[stop]] == keys[order[start]] and order[stop] not in failed:
+    while stop < kept and keys[order[stop]] == keys[order[start]]:
       stop += 1
-    shared = 1.0 - (start + stop - 1) / 2 / (n - 1)  # mean of 1 - pos / (n - 1) over the run
-    if order[start] in failed:
-      shared = 0.0
+    # The mean of 1 - pos / (kept - 1) over the run of ranked positions.
+    shared = 1.0 - (start + stop - 1) / 2 / (kept - 1) if start < kept and kept > 1 else 0.0
     for player in order[start:stop]:
       ranks[player], x[player] = start + 1, shared
     start = stop
-  return Standing(tuple(order), np.array(ranks, np.int32), np.array(x, np.float32))
+  return Standing(tuple(order), np.array(ranks, np.int32), np.array(x, np.float32),
+                  _ranked_mask(n, failed))
 
 
 def standing_from_order(order: list[int], failed: Collection[int] = ()) -> Standing:
-  """Strict standing from a best-first order (elimination topologies): x = 1 - pos / (G-1).
+  """Strict standing from a best-first order (elimination topologies): x = 1 - pos / (K-1) over
+  the K ranked players.
 
-  Players in ``failed`` move behind all others (keeping their order), share the rank after the
-  last of the others and get x = 0.
+  Players in ``failed`` are unranked: they move behind all others (keeping their order), share
+  the rank after the last ranked one and get x = 0.
   """
   n = len(order)
   if sorted(order) != list(range(n)):
@@ -126,8 +140,9 @@ def standing_from_order(order: list[int], failed: Collection[int] = ()) -> Stand
   kept = n - len(set(failed) & set(order))
   for position, player in enumerate(order):
     ranks[player] = min(position, kept) + 1
-    rewards[player] = (n - 1 - position) / (n - 1) if position < kept else 0.0
-  return Standing(tuple(order), np.array(ranks, np.int32), np.array(rewards, np.float32))
+    rewards[player] = (kept - 1 - position) / (kept - 1) if position < kept and kept > 1 else 0.0
+  return Standing(tuple(order), np.array(ranks, np.int32), np.array(rewards, np.float32),
+                  _ranked_mask(n, failed))
 
 
 def ceil_log2(n: int) -> int:
