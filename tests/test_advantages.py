@@ -83,17 +83,39 @@ def test_non_finite_scores_are_errors():
     advantages.pointwise_advantages(np.array([[1.0, np.nan]]))
 
 
-def test_pointwise_failed_scores_count_as_the_lowest_never_the_mean():
-  scores = np.array([[8.0, 6.0, np.nan, 7.0], [5.0, 9.0, 9.0, 1.0]])
-  ok = np.array([[True, True, False, True], [True, False, True, True]])
+def test_pointwise_failed_scores_are_no_evidence():
+  scores = np.array([[8.0, 6.0, np.nan, 7.0], [5.0, 9.0, 9.0, 1.0], [4.0, np.nan, 2.0, 3.0]])
+  ok = np.array([[True, True, False, True], [True, False, True, True],
+                 [False, False, True, False]])
   adv = advantages.pointwise_advantages(scores, ok)
-  # Row 0: the NaN counts as 0; row 1: the score 9 of a failed request is ignored, also 0.
-  np.testing.assert_allclose(adv, rewards.standardize(np.array(
-      [[8.0, 6.0, 0.0, 7.0], [5.0, 0.0, 9.0, 1.0]])), atol=1e-6)
-  assert adv[0, 2] == adv[0].min() and adv[1, 1] == adv[1].min()
-  # The failed trajectory never gets more than it would with any real score it could have had.
+  # Row 0: [8, 6, 7] standardized alone (mean 7, unbiased std 1), the NaN gets 0. Row 1: the 9 of
+  # a failed request is ignored: [5, 9, 1] alone (mean 5, std 4). Row 2: one judged score: dropped.
+  np.testing.assert_allclose(adv, [[1.0, -1.0, 0.0, 0.0], [0.0, 0.0, 1.0, -1.0], [0, 0, 0, 0]],
+                             atol=1e-5)
+  np.testing.assert_array_equal(advantages.pointwise_mask(ok),
+                                [[1, 1, 0, 1], [1, 0, 1, 1], [0, 0, 0, 0]])
+  # Whatever a failed trajectory's real score would have been, its advantage is 0, and the
+  # others' advantages do not depend on it.
   for real in np.linspace(0, 10, 11):
-    judged = advantages.pointwise_advantages(np.array([[8.0, 6.0, real, 7.0]]))
-    assert adv[0, 2] <= judged[0, 2] + 1e-6
+    again = advantages.pointwise_advantages(np.array([[8.0, 6.0, real, 7.0]]), ok[:1])
+    np.testing.assert_array_equal(again, adv[:1])
   with pytest.raises(ValueError, match="does not match"):
     advantages.pointwise_advantages(scores, ok[:, :2])
+  with pytest.raises(ValueError, match="non-finite"):  # a NaN flagged ok is a bug
+    advantages.pointwise_advantages(scores, np.ones_like(ok))
+
+
+def test_standardize_ranked_is_standardize_over_the_ranked():
+  rng = np.random.default_rng(0)
+  x = rng.uniform(0, 1, (50, 6))
+  ranked = rng.random((50, 6)) < 0.7
+  ranked[:5] = True  # whole groups: exactly standardize's values
+  adv = rewards.standardize_ranked(x, ranked)
+  np.testing.assert_array_equal(adv[:5], rewards.standardize(x[:5]))
+  assert adv.dtype == np.float32
+  for b in range(50):
+    keep = ranked[b]
+    if keep.sum() >= 2:
+      np.testing.assert_allclose(adv[b, keep], rewards.standardize(x[b, keep]), atol=1e-6)
+    np.testing.assert_array_equal(adv[b, ~keep] if keep.sum() >= 2 else adv[b], 0.0)
+  np.testing.assert_array_equal(rewards.trainable(ranked), ranked & (ranked.sum(1) >= 2)[:, None])

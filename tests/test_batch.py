@@ -36,6 +36,18 @@ def test_rows_padded_to_a_bucket_greedy_rows_at_temperature_one():
   np.testing.assert_array_equal(halves[1]["tokens_NT"][0], b["tokens_NT"][1])
 
 
+def test_unranked_rows_train_nothing():
+  """A trajectory without rank evidence (``metadata["ranked"]`` False: a failed judge match or
+  score) gets loss mask 0, whatever train_anchor says; its tokens and advantage (0) stay."""
+  trajs = [_traj([5, 6], [0, 1], greedy=True, ranked=False), _traj([5, 7], [0, 1], ranked=True),
+           _traj([5, 8], [0, 1], ranked=False), _traj([5, 9], [0, 1])]
+  for train_anchor in (True, False):
+    b = make_batch(trajs, [0.0, 1.0, 0.0, -1.0], bucket=2, train_anchor=train_anchor)
+    np.testing.assert_array_equal(b["loss_mask_NT"], [[0, 0], [0, 1], [0, 0], [0, 1]])
+    np.testing.assert_array_equal(b["tokens_NT"][:, 1], [6, 7, 8, 9])
+    np.testing.assert_allclose(b["advantages_N"], [0, 1, 0, -1])
+
+
 def test_bad_rows_are_named():
   with pytest.raises(ValueError, match="row 1: tokens \\(3\\), loss_mask \\(2\\)"):
     make_batch([_traj([1], [1]), _traj([1, 2, 3], [0, 1])], [0.0, 0.0])

@@ -126,6 +126,25 @@ def test_step_stats_correlations_and_zero_groups():
   assert out["advantage/zero_groups"] == pytest.approx(1 / 3)
 
 
+def test_step_stats_count_only_ranked_trajectories():
+  """Unranked trajectories (mask 0) carry a placeholder reward (NaN for a failed pointwise score)
+  and advantage 0: the means, spreads and correlations leave them out; a dropped group still
+  counts as a zero-advantage group."""
+  groups = [[traj(2, "a"), traj(4, "abc"), traj(9, "zzzzzz")], [traj(6, "ab"), traj(2, "abcd"),
+                                                                 traj(1, "")]]
+  adv = np.array([[-1.0, 1.0, 0.0], [0.0, 0.0, 0.0]])
+  reward = np.array([[0.0, 1.0, np.nan], [3.0, 5.0, 7.0]])
+  mask = np.array([[1, 1, 0], [0, 0, 0]], np.float32)
+  out = rl_stats.step_stats(groups, adv, reward, mask)
+  assert out["reward/mean"] == 0.5 and out["reward/std"] == 0.5
+  assert out["advantage/mean"] == 0.0 and out["advantage/std"] == 1.0
+  assert out["length_win_corr"] == pytest.approx(1.0)  # sampled 2, 4 vs adv -1, +1
+  assert out["advantage/zero_groups"] == 0.5
+  none = rl_stats.step_stats(groups, np.zeros((2, 3)), reward, np.zeros((2, 3)))
+  assert none["reward/mean"] == 0.0 and none["advantage/abs_max"] == 0.0
+  assert none["length_win_corr"] == 0.0 and none["advantage/zero_groups"] == 1.0
+
+
 def test_tool_calls_by_tool_never_name_metrics_after_policy_text():
   ok = {"ok": True, "error_kind": None, "latency_s": 0.5}
   log_a = [dict(ok, name="search_poi"), dict(ok, name="search_poi", latency_s=1.5),
@@ -160,3 +179,25 @@ def test_rollout_log_holds_matches_and_scores_and_is_never_overwritten(tmp_path)
   assert rows[0]["seeding_tau"] == pytest.approx(TAU)
   assert [t["advantage"] for t in rows[0]["trajectories"]] == pytest.approx(adv[0].tolist())
   assert rows[0]["trajectories"][0]["greedy"] and not rows[0]["trajectories"][1]["greedy"]
+  assert rows[0]["ranked"] == [True] * 4
+  assert [t["ranked"] for t in rows[0]["trajectories"]] == [True] * 4
+
+
+def test_rollout_log_marks_unranked_trajectories(tmp_path):
+  """A failed match's players are written with ``ranked`` False (group and trajectory rows),
+  from the source's mask or, without one, from ``metadata["ranked"]``."""
+  groups = [make_group(4)]
+  (res,) = tournament.rank(groups, ScoreMatrixJudge(SEEDED, fail_pairs=[(3, 0)]),
+                           "single_elimination", 0, failure_threshold=1.0)
+  mask = res.ranked[None].astype(np.float32)
+  path = rollout_log.write_rollouts(str(tmp_path), 1, groups, res.advantages[None],
+                                    res.base_rewards[None], [res], topology="single_elimination",
+                                    mask_BG=mask)
+  (row,) = [json.loads(line) for line in open(path)]
+  assert row["ranked"] == [False, True, True, False] and row["failures"] >= 1
+  assert [t["ranked"] for t in row["trajectories"]] == [False, True, True, False]
+  assert [t["advantage"] for t in row["trajectories"]][::3] == [0.0, 0.0]
+  marked = [Trajectory(query="q", metadata={"ranked": i != 2}) for i in range(3)]
+  rec = rollout_log.group_record(1, 0, marked, np.zeros(3), np.array([1.0, 0.0, np.nan]))
+  assert [t["ranked"] for t in rec["trajectories"]] == [True, True, False]
+  assert rec["trajectories"][2]["reward"] is None  # a failed pointwise score: no number

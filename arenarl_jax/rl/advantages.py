@@ -2,9 +2,17 @@
 
 The tournament's standing -> base rewards -> normalized advantages math is
 ``tournament/rewards.py``'s (the tournament returns advantages). All functions are host-side
-numpy; rewards and advantages are float32, the math runs in float64. A source turns one step's groups into advantages with the judge: ``arena`` ranks each group by a
-tournament (``tournament.topology``), ``pointwise`` scores each trajectory alone (GRPO/GSPO).
+numpy; rewards and advantages are float32, the math runs in float64. A source turns one step's
+groups into advantages with the judge: ``arena`` ranks each group by a tournament
+(``tournament.topology``), ``pointwise`` scores each trajectory alone (GRPO/GSPO).
 ``register_source`` adds another; its key is the config value.
+
+A failure teaches nothing (both sources): a trajectory in a failed match, or with a failed
+pointwise score, is unranked: advantage 0 and mask 0 (no gradient, not even the KL term's, and
+not counted by the loss normalisers). The others are standardized among themselves; a group
+with fewer than two of them is dropped (all 0). The stats count both per step:
+``judge/unranked_trajectories`` (every trajectory with mask 0, dropped groups' included) and
+``judge/dropped_groups``.
 """
 from __future__ import annotations
 
@@ -16,19 +24,18 @@ import numpy as np
 
 from arenarl_jax import tournament
 from arenarl_jax.tournament import diagnostics
-from arenarl_jax.tournament.rewards import standardize
-
-FAILED_POINTWISE_SCORE = 0.0  # the lowest score of the 0-10 rubric scale
+from arenarl_jax.tournament.rewards import standardize, standardize_ranked, trainable
 
 
 def pointwise_advantages(scores_BG: np.ndarray, ok_BG: np.ndarray | None = None) -> np.ndarray:
   """GRPO baseline: per-group (r - mean) / (std + 1e-6) of pointwise judge scores [B, G].
 
-  A failed score (``ok_BG`` False; its value, often NaN, is ignored) gains nothing: it counts as the lowest score of the
-  scale (0), which is never above the group's lowest judged score and never its mean. (A
-  pointwise request shows one trajectory only, so a failure is that trajectory's doing or the
-  server's; the group's lowest judged score would still reward a would-be worst trajectory for
-  breaking the judge.) Count failures where the scores come from (``PointwiseScores.ok``).
+  A failed score (``ok_BG`` False; its value, often NaN, is ignored) is no evidence: it gets
+  advantage 0 and the group is standardized over its judged scores only; a group with fewer
+  than two judged scores gets 0 everywhere (``pointwise_mask`` is the loss mask that goes with
+  it). A score never stands in for a failure: any stand-in would reward or punish a trajectory
+  for what the judge could not say. Count failures where the scores come from
+  (``PointwiseScores.ok``).
   """
   scores_BG = np.asarray(scores_BG, np.float64)
   if scores_BG.ndim != 2:
@@ -39,19 +46,34 @@ def pointwise_advantages(scores_BG: np.ndarray, ok_BG: np.ndarray | None = None)
   if ok_BG.shape != scores_BG.shape:
     raise ValueError(f"pointwise_advantages: ok {ok_BG.shape} does not match scores "
                      f"{scores_BG.shape}")
-  return standardize(np.where(ok_BG, scores_BG, FAILED_POINTWISE_SCORE))
+  return standardize_ranked(scores_BG, ok_BG)
+
+
+def pointwise_mask(ok_BG: np.ndarray) -> np.ndarray:
+  """float32 [B, G]: 1 where the score was judged and its group has at least two judged."""
+  return trainable(ok_BG).astype(np.float32)
+
+
+def mask_stats(mask_BG: np.ndarray) -> dict[str, float]:
+  """This step's unranked trajectories (mask 0) and dropped groups (mask 0 everywhere)."""
+  mask_BG = np.asarray(mask_BG) > 0
+  return {"judge/unranked_trajectories": float(np.sum(~mask_BG)),
+          "judge/dropped_groups": float(np.sum(~mask_BG.any(axis=1)))}
 
 
 # ---------------------------------------------------------------------------- advantage sources
 @dataclasses.dataclass(frozen=True)
 class Judged:
   """One step's groups after the judge: advantages and base rewards [B, G], the tournament
-  results (None for pointwise scores) and the source's own stats."""
+  results (None for pointwise scores), the source's own stats and the loss mask [B, G] float32
+  (1 = ranked, trains; 0 = no rank evidence: its row trains nothing). A source without
+  failures may leave the mask None: every trajectory trains."""
 
   advantages_BG: np.ndarray
   rewards_BG: np.ndarray
   results: list[Any] | None
   stats: dict[str, float]
+  mask_BG: np.ndarray | None = None
 
 
 # source(groups, judge, config, *, step, first_group) -> Judged
@@ -76,15 +98,19 @@ def arena(groups: Sequence[Sequence[Any]], judge: Any, config: ml_collections.Co
                             failure_threshold=config.tournament.failure_threshold)
   stats = {"judge/requests": float(sum(r.requests for r in results)),
            "judge/failures": float(sum(r.failures for r in results)),
-           "judge/matches": float(sum(len(r.matches) for r in results)),
-           # Does the greedy anchor's seeding agree with the final order? (the anchor's final
-           # rank, and Kendall's tau between the anchor-pass scores and the final ranks)
-           "tournament/anchor_rank_mean": float(np.mean([r.ranks[0] for r in results]))}
+           "judge/matches": float(sum(len(r.matches) for r in results))}
+  mask_BG = np.stack([r.ranked for r in results]).astype(np.float32)
+  stats.update(mask_stats(mask_BG))
+  # Does the greedy anchor's seeding agree with the final order? (the anchor's final rank where
+  # it is ranked, and Kendall's tau between the anchor-pass scores and the final ranks)
+  anchor_ranks = [r.ranks[0] for r in results if r.ranked[0]]
+  if anchor_ranks:
+    stats["tournament/anchor_rank_mean"] = float(np.mean(anchor_ranks))
   tau = diagnostics.mean_seeding_tau(results, topology)
   if tau is not None:
     stats["tournament/seeding_tau"] = tau
   return Judged(np.stack([r.advantages for r in results]),
-                np.stack([r.base_rewards for r in results]), results, stats)
+                np.stack([r.base_rewards for r in results]), results, stats, mask_BG)
 
 
 def pointwise(groups: Sequence[Sequence[Any]], judge: Any, config: ml_collections.ConfigDict, *,
@@ -93,10 +119,13 @@ def pointwise(groups: Sequence[Sequence[Any]], judge: Any, config: ml_collection
   del config, step, first_group  # the judge's offset places the share (experience.ShareJudge)
   flat = [t for g in groups for t in g]
   scored = judge.score(flat)
-  rewards_BG = np.nan_to_num(np.asarray(scored.scores, np.float64)).reshape(len(groups), -1)
-  stats = {"judge/requests": float(len(flat)),
-           "judge/failures": float(np.sum(~np.asarray(scored.ok)))}
-  return Judged(pointwise_advantages(rewards_BG), rewards_BG, None, stats)
+  ok_BG = np.asarray(scored.ok, bool).reshape(len(groups), -1)
+  # A failed score is no score: NaN in the rewards (null in the rollout log), never a number.
+  rewards_BG = np.where(ok_BG, np.asarray(scored.scores, np.float64).reshape(ok_BG.shape), np.nan)
+  mask_BG = pointwise_mask(ok_BG)
+  stats = {"judge/requests": float(len(flat)), "judge/failures": float(np.sum(~ok_BG))}
+  stats.update(mask_stats(mask_BG))
+  return Judged(pointwise_advantages(rewards_BG, ok_BG), rewards_BG, None, stats, mask_BG)
 
 
 SOURCES: dict[str, AdvantageSource] = {"arena": arena, "pointwise": pointwise}

@@ -25,7 +25,9 @@ def make_batch(trajectories: Sequence[Trajectory], advantages_N, *, bucket: int 
                default_temperature: float = 1.0) -> dict[str, np.ndarray]:
   """The training batch for ``trajectories`` (one row each, in order) and their advantages.
 
-  ``train_anchor=False`` zeroes the loss mask of greedy rows (``metadata["greedy"]``).
+  ``train_anchor=False`` zeroes the loss mask of greedy rows (``metadata["greedy"]``). Rows
+  without rank evidence (``metadata["ranked"]`` False: a failed judge match or score) always get
+  loss mask 0: no policy or KL gradient, and no normaliser counts them.
   """
   advantages_N = np.asarray(advantages_N, np.float32)
   if advantages_N.shape != (len(trajectories),):
@@ -60,7 +62,7 @@ def make_batch(trajectories: Sequence[Trajectory], advantages_N, *, bucket: int 
     greedy = bool(meta.get("greedy", False))
     out["tokens_NT"][r, :t] = traj.tokens
     out["loss_mask_NT"][r, :t] = np.asarray(traj.loss_mask, np.float32)
-    if greedy and not train_anchor:
+    if (greedy and not train_anchor) or not bool(meta.get("ranked", True)):
       out["loss_mask_NT"][r] = 0.0
     if traj.logprobs is not None:
       out["sampler_logp_NT"][r, :t] = traj.logprobs

@@ -7,10 +7,14 @@ are indexed by the global group so that the hosts together produce what one proc
   (``rollout/agent_loop.py``: multi-turn, tools run concurrently, row 0 of each group greedy) ->
   the advantage source ``advantage.source`` names (``rl/advantages.py`` SOURCES: ``arena``, a
   tournament of pairwise matches; ``pointwise``, GRPO/GSPO's per-trajectory scores).
-``Experience`` returns ``(trajectories, advantages_N, stats)`` as ``rl/loop.run`` expects; the
-stats (``rl/stats.py``, ``rollout/stats.py``) hold rewards and advantages, the judge's work, the
-rollouts' shape, the noise-free checker's mean score (the learning signal without the judge's
-noise, when a ``truth`` judge is given) and the time of each phase.
+``Experience`` returns ``(trajectories, advantages_N, stats)`` as ``rl/loop.run`` expects; a
+trajectory without rank evidence (the source's mask 0: a failed match or pointwise score, or a
+dropped group) carries ``metadata["ranked"] = False`` and advantage 0, so ``rl/batch.py`` gives
+its row loss mask 0 (a failure teaches nothing). The stats (``rl/stats.py``,
+``rollout/stats.py``) hold rewards and advantages (of the ranked trajectories), the judge's work
+(failures, unranked trajectories and dropped groups included), the rollouts' shape, the
+noise-free checker's mean score (the learning signal without the judge's noise, when a ``truth``
+judge is given) and the time of each phase.
 With a ``workdir`` and a ``log_due(step)`` predicate, the steps it names also write
 ``<workdir>/rollouts/step_<k>.jsonl`` (``rollout/log.py``): every group with its trajectories,
 standing, advantages and match log; files are never overwritten.
@@ -19,6 +23,7 @@ resumed run draws the same judge noise.
 """
 from __future__ import annotations
 
+import dataclasses
 import os
 import time
 from typing import Any, Callable, Mapping, Sequence
@@ -83,17 +88,19 @@ class Experience:
     batch = self.rollout.run(tasks, self.source, group_size=self.group_size, key=key,
                              policy_step=step, valid=self.env.valid, first_group=first)
     groups = batch.trajectories
-    flat = [t for g in groups for t in g]
     t1 = time.perf_counter()
     # Timed outside, so the seconds count the share's whole judge calls.
     timed = rl_stats.TimedJudge(ShareJudge(self.judge, first, len(groups)))
     before = rl_stats.judge_counters(self.judge)
     judged = self.advantage_source(groups, timed, self.config, step=step, first_group=first)
     t2 = time.perf_counter()
+    mask_BG = judged_mask(judged)
+    groups = mark_unranked(groups, mask_BG)
+    flat = [t for g in groups for t in g]
     stats = dict(judged.stats)
     stats.update(rl_stats.judge_stats(before, rl_stats.judge_counters(self.judge), timed))
-    adv_N = judged.advantages_BG.reshape(-1).astype(np.float32)
-    stats.update(rl_stats.step_stats(groups, judged.advantages_BG, judged.rewards_BG))
+    adv_N = np.where(mask_BG > 0, judged.advantages_BG, 0.0).reshape(-1).astype(np.float32)
+    stats.update(rl_stats.step_stats(groups, judged.advantages_BG, judged.rewards_BG, mask_BG))
     stats["valid_rate"] = float(batch.valid_rate)
     stats.update(rollout_stats.trajectory_metrics(flat, "rollout", self.tool_names))
     if self.truth is not None:
@@ -107,8 +114,28 @@ class Experience:
     if self.workdir and self.log_due is not None and self.log_due(done):
       rollout_log.write_rollouts(os.path.join(self.workdir, rollout_log.ROLLOUTS_DIR), done,
                                  groups, judged.advantages_BG, judged.rewards_BG, judged.results,
-                                 topology=self.config.tournament.topology, first_group=first)
+                                 topology=self.config.tournament.topology, first_group=first,
+                                 mask_BG=mask_BG)
     return flat, adv_N, stats
+
+
+def judged_mask(judged: adv_lib.Judged) -> np.ndarray:
+  """The source's loss mask [B, G] float32 (all ones when it gives none)."""
+  shape = np.shape(judged.advantages_BG)
+  if judged.mask_BG is None:
+    return np.ones(shape, np.float32)
+  mask_BG = np.asarray(judged.mask_BG, np.float32)
+  if mask_BG.shape != shape:
+    raise ValueError(f"advantage source: mask {mask_BG.shape} does not match advantages {shape}")
+  return mask_BG
+
+
+def mark_unranked(groups: Sequence[Sequence[Any]], mask_BG: np.ndarray) -> list[list[Any]]:
+  """``groups`` with ``metadata["ranked"] = False`` on every trajectory whose mask is 0 (a copy
+  of the trajectory: the rollout's own objects are left as they are)."""
+  return [[t if mask_BG[b, g] > 0 else
+           dataclasses.replace(t, metadata={**(t.metadata or {}), "ranked": False})
+           for g, t in enumerate(group)] for b, group in enumerate(groups)]
 
 
 def share_start(prompt_ids: Sequence[int], all_prompt_ids: Sequence[int]) -> int:

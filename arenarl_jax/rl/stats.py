@@ -56,17 +56,28 @@ def judge_stats(before: Mapping[str, float], after: Mapping[str, float], timed: 
   return out
 
 
-def step_stats(groups: Sequence[Sequence[Any]], adv_BG: np.ndarray, reward_BG: np.ndarray
-               ) -> dict[str, float]:
+def step_stats(groups: Sequence[Sequence[Any]], adv_BG: np.ndarray, reward_BG: np.ndarray,
+               mask_BG: np.ndarray | None = None) -> dict[str, float]:
   """Reward and advantage statistics of one step, the share of groups whose advantages are all
-  zero, and the (pooled Pearson) correlation of the advantage with the sampled tokens and with
-  the final answer's characters (0 when either side is constant)."""
+  zero (dropped groups included), and the (pooled Pearson) correlation of the advantage with the
+  sampled tokens and with the final answer's characters (0 when either side is constant).
+
+  With ``mask_BG`` (the advantage source's, 0 = unranked) the rewards, advantages and
+  correlations count the ranked trajectories only: an unranked one's reward is a placeholder
+  (NaN for a failed pointwise score) and its advantage 0 says nothing. No ranked one: all 0.
+  """
   flat = [t for g in groups for t in g]
-  adv_N = np.asarray(adv_BG, np.float64).reshape(-1)
-  sampled = np.asarray([np.sum(t.loss_mask) for t in flat], np.float64)
-  answer = np.asarray([len(t.final_answer) for t in flat], np.float64)
+  adv_BG = np.asarray(adv_BG, np.float64)
+  keep_N = (np.ones(adv_BG.shape, bool) if mask_BG is None
+            else np.asarray(mask_BG) > 0).reshape(-1)
+  adv_N = adv_BG.reshape(-1)[keep_N]
+  reward_N = np.asarray(reward_BG, np.float64).reshape(-1)[keep_N]
+  sampled = np.asarray([np.sum(t.loss_mask) for t in flat], np.float64)[keep_N]
+  answer = np.asarray([len(t.final_answer) for t in flat], np.float64)[keep_N]
+  if not keep_N.any():
+    adv_N = reward_N = np.zeros(1)
   return {
-      "reward/mean": float(reward_BG.mean()), "reward/std": float(reward_BG.std()),
+      "reward/mean": float(reward_N.mean()), "reward/std": float(reward_N.std()),
       "advantage/mean": float(adv_N.mean()), "advantage/std": float(adv_N.std()),
       "advantage/abs_max": float(np.abs(adv_N).max()),
       "advantage/zero_groups": float(np.mean(np.all(np.abs(adv_BG) < 1e-6, axis=1))),
