@@ -69,9 +69,9 @@ def rope_tables(cfg: ModelConfig, positions_NT: jnp.ndarray,
   ``max_position``: a static bound on the positions (the caller's cache size). The tables are
   then computed once for positions [0, max_position) and gathered; positions past it are clipped
   (callers only pass such positions for writes that are dropped). Why: computed directly, XLA:CPU
-  fuses cos/sin into each consumer and evaluates them again for every head of q and k in every
-  layer; in a decode step that was ~8% of the time (benchmarks/README.md). A gathered table is
-  materialised once.
+  fuses cos/sin into each consumer and evaluates the transcendentals again for every head of q and
+  k in every layer, at every step; a gathered table is computed once and only read after that
+  (see benchmarks/README.md, Sampler and Train step).
   """
   if max_position is not None:
     cos_LF, sin_LF = rope_tables(cfg, jnp.arange(max_position, dtype=jnp.int32))

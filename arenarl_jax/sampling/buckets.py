@@ -20,8 +20,8 @@ def stepped_buckets(max_len: int, min_len: int, step: int) -> tuple[int, ...]:
 
   step 0 gives power_of_two_buckets. Doubling pads a length by up to 2x (~25% on average); fixed
   steps bound the padding by ``step`` tokens at the price of more compiled programs, which pays
-  for itself in long runs of long, similar-length inputs (e.g. judge prompts: ~870 tokens padded
-  to 896 instead of 1,024).
+  for itself in long runs of long, similar-length inputs (e.g. with step 128 an 870-token judge
+  prompt pads to 896 instead of 1,024).
   """
   if step < 0:
     raise ValueError(f"bucket step must be >= 0, got {step}")
@@ -40,12 +40,11 @@ def cache_size_ladder(cache_len: int, first: int = 32, growth: float = 4 / 3,
   about 2/3 of the slots a full-length one would (the CPU kernel of ``models/cpu/kernel.py``
   reads only the filled slots, but memory and resizes still follow the size); each size compiles
   its programs once, and a geometric ladder keeps their number logarithmic in cache_len (8,192
-  slots: 18 sizes). Why x4/3 and not
-  x1.5: decode attention is memory-bound (it streams every slot's keys and values each step), so
-  the slots read past the filled ones cost time at every step, while a size's compile is paid
-  once; x1.5 turned 96 into 160, and the steps from 97 to 128 tokens then read 25% more slots
-  than needed (about 5% of decode time in benchmarks/sampler.py). On TPUs, where the slot axis is
-  the lane axis, ``first=multiple=128`` suits the hardware better.
+  slots: 18 sizes). Why x4/3 and not x1.5: decode attention is memory-bound (it streams every
+  slot's keys and values each step), so the slots read past the filled ones cost time at every
+  step, while a size's compile is paid once; x1.5 turns 96 into 160, so the steps from 97 to 128
+  tokens would read 25% more slots than needed (see benchmarks/README.md, Sampler). On TPUs, where
+  the slot axis is the lane axis, ``first=multiple=128`` suits the hardware better.
   """
   if first < 1 or growth <= 1 or multiple < 1:
     raise ValueError(f"cache ladder needs first >= 1, growth > 1, multiple >= 1; got {first}, "
