@@ -90,14 +90,14 @@ class FlaxJudgeConfig:
   model: str = "smollm2"  # make_flax_judge loads it: "smollm2", a .gguf file or an HF directory
   attention: str = "auto"  # the loaded model's attention (model.attention's choices)
   mode: str = "logit"  # one of FLAX_MODES
-  # Prompts per compiled call (memory: rows x cache slots x layers); 8 measured faster per match
-  # than 4 on CPU with the attention kernel (benchmarks/README.md).
+  # Prompts per compiled call (memory: rows x cache slots x layers): more rows share each pass over
+  # the weights; 8 is the CPU default (see benchmarks/README.md, Judge).
   max_rows: int = 8
   max_user_tokens: int = 2048  # token budget of a prompt's match-specific part
   min_bucket: int = 64  # smallest padded length of that part (buckets double from it ...)
   bucket_step: int = 128  # ... up to 2*bucket_step, then grow by it (0: powers of two only)
-  # Logit mode: that part runs in blocks this long (with the reference attention: less masked
-  # attention; on the CPU kernel, 128 measured faster than 256).
+  # Logit mode: that part runs in blocks this long (with the reference attention, shorter blocks
+  # compute less masked attention; 128 is the CPU default, see benchmarks/README.md, Judge).
   block_tokens: int = 128
   # Logit mode: rows of one call that begin with at least this many equal tokens (in a
   # tournament, the matches that show the same trajectory first) run that part once

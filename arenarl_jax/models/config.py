@@ -12,8 +12,9 @@ COMPUTE_DTYPES = ("auto", "float32", "bfloat16")
 
 
 def resolve_compute_dtype(name: str, backend: str | None = None) -> str:
-  """"auto" -> bfloat16 on accelerators (gpu, tpu), float32 on cpu (bf16 is ~4x slower there,
-  PLATFORM.md); a concrete name is checked and returned."""
+  """"auto" -> bfloat16 on accelerators (gpu, tpu), float32 on cpu (CPUs without native bfloat16
+  arithmetic run bfloat16 products slower than float32 ones); a concrete name is checked and
+  returned."""
   if name not in COMPUTE_DTYPES:
     raise ValueError(f"model.compute_dtype must be one of {COMPUTE_DTYPES}, got {name!r}")
   if name != "auto":
@@ -186,7 +187,7 @@ PRESETS: dict[str, ModelConfig] = {
     # From-scratch models (model.init.preset); vocab_size is replaced by the tokenizer's.
     # quickstart: 2 layers x 128 wide (~0.9M parameters with a 4,096-token BPE). A travel
     # conversation is ~1,850 tokens, so attention and the update dominate a CPU step: this size
-    # keeps a 4 x 1,856-token SFT step at a few seconds on 2 cores; 2 layers is the least that
+    # keeps a 4 x 1,856-token SFT step short on 2 CPU cores; 2 layers is the least that
     # can copy names and numbers from the query and tool results into calls (induction heads).
     "quickstart": ModelConfig(
         vocab_size=4096, d_model=128, n_layers=2, n_heads=4, n_kv_heads=2, head_dim=32,

@@ -3,8 +3,9 @@
 Contract (used by the sampler, the local judge and the model):
 - per layer one key buffer [N, K, F, S] (transposed: slots on the minor axis) and one value buffer
   [N, K, S, F]; rows on axis 0 (sharded over 'data'). With this layout both attention products
-  are plain batched matmuls over (N, K) that XLA runs without relayout copies (on CPU a [N, K, S, F]
-  key buffer made decode attention ~2x slower);
+  are plain batched matmuls over (N, K) that XLA runs without relayout copies (a [N, K, S, F] key
+  buffer makes XLA:CPU copy the keys into another layout for the score product at every decode
+  step; see benchmarks/README.md, Sampler);
 - without a prefix, the token at absolute position p of row n lives in slot p of row n (no ring
   buffer, no paging), so rows can sit at different offsets and a chunk is written at each row's own
   offset;

@@ -4,12 +4,12 @@
 Why: automatic differentiation of ``x @ w`` states the weight gradient as a product whose operand
 order makes XLA:CPU materialise the transpose of the [tokens, out] output gradient, fused into the
 element-wise producer before it (SwiGLU's backward), which writes it with a strided, slow loop:
-for SmolLM2 at 8 x 512 tokens such copies took about as long as the MLP's products themselves.
-Here the weight gradient is one product of the flattened input and output gradient contracted
-over their leading (token) axis, dW = x^T g, which every backend's dot takes without a copy of
-either large operand, and the input gradient is g w^T. The values are those of autodiff (tested).
-These are the CPU backend's products; ``plain_dense``/``plain_dense_t`` are the same products with
-autodiff's own backward, the other backends' (``models/backend.py`` chooses).
+one extra pass over every large output gradient of the step (see benchmarks/README.md, Train
+step). Here the weight gradient is one product of the flattened input and output gradient
+contracted over their leading (token) axis, dW = x^T g, which every backend's dot takes without a
+copy of either large operand, and the input gradient is g w^T. The values are those of autodiff
+(tested). These are the CPU backend's products; ``plain_dense``/``plain_dense_t`` are the same
+products with autodiff's own backward, the other backends' (``models/backend.py`` chooses).
 """
 from __future__ import annotations
 

@@ -3,13 +3,12 @@
 XLA:CPU allocates a program's temporaries when a call starts and frees them when it returns. Under
 glibc's defaults the freed blocks go back to the kernel (blocks above the mmap threshold are
 unmapped, a worker thread's heap is deleted once empty, the main heap's free top is trimmed), so
-every call faults its temporaries in again as fresh zeroed pages. The SmolLM2 8 x 512 training
-step faults in ~3.3 GB (~820k pages) per step that way: seconds of kernel time per step on a quiet
-machine, tens of seconds on a virtual machine whose host is short of free memory
-(benchmarks/README.md, "Training step"). ``RETAINED_HEAP`` keeps the pages: one arena (so XLA's
-worker threads allocate from the main heap), no mmap'd blocks and no trimming. After the first
-call a call faults in nothing; the process keeps its peak resident memory, which a training
-process reaches on every step anyway.
+every call faults its temporaries in again as fresh zeroed pages: kernel time on every call in
+proportion to the program's temporaries (gigabytes for a training step), and far more on a
+virtual machine whose host is short of free memory (see benchmarks/README.md, Train step).
+``RETAINED_HEAP`` keeps the pages: one arena (so XLA's worker threads allocate from the main
+heap), no mmap'd blocks and no trimming. After the first call a call faults in nothing; the
+process keeps its peak resident memory, which a training process reaches on every step anyway.
 
 glibc reads these settings only when a process starts, so ``reexec_with_retained_heap`` runs the
 current command again, once, with them in its environment. The CLI and the benchmarks call it

@@ -5,11 +5,11 @@ Why: on CPU, XLA hands matrix products to the YNNPACK library and by default als
 surrounding reductions and element-wise ops into the same library call (e.g. softmax max, exp, sum
 and the value product of attention become one YNNPACK graph). Those fused graphs run
 single-threaded and slowly; sending only individual dots to the library and leaving the rest to
-XLA's own emitters makes decode and the local judge faster (``CPU_OPTIONS``, benchmarks/README.md).
-The training step and its teacher-forced pass take ``TRAINING_OPTIONS``: no library fusion at all,
-so every product runs on XLA's Eigen matmul, which runs the step's [tokens, features] x [features,
-features'] products at about twice YNNPACK's rate on this CPU (benchmarks/train_step.py). Other
-backends compile with their defaults.
+XLA's own emitters makes decode and the local judge faster (``CPU_OPTIONS``; see
+benchmarks/README.md, Sampler and Judge). The training step and its teacher-forced pass take
+``TRAINING_OPTIONS``: no library fusion at all, so every product runs on XLA's Eigen matmul, which
+runs the step's large [tokens, features] x [features, features'] products faster than YNNPACK
+does (see benchmarks/README.md, Train step). Other backends compile with their defaults.
 """
 from __future__ import annotations
 
