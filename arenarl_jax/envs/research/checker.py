@@ -1,179 +1,114 @@
 """The research checker: deep-research rubric scores (0-10) from a trajectory and its task.
 
+A training reward (through the rubric judge), graded against what this trajectory itself
+retrieved (evidence.py): a call serves the task when it lists or opens a page the task needs, and
+an answer's facts and claims count only when its own tool results support them.
+
 Path (what the agent did):
 - ``framework``: the first reply lays out a plan (at least two listed steps) and research starts
-  before any answer: 10 with a listed plan, 6 with prose only, 3 with none, 0 when the agent
-  answered without calling a tool.
-- ``tool_usage``: search effort without redundancy: 10, minus 3 per needed page that a search
+  before any answer: 10 with a listed plan, 6 with prose only, 3 with none; 0 when the first reply
+  called no tool or no call of the trajectory served the task.
+- ``tool_usage``: targeted search without redundancy: 10, minus 3 per needed page that a search
   found but the agent never opened (answering before reading), minus 2 per repeated call (same
-  query terms or same page), minus 1 per failed call; 0 with no successful call.
+  query terms or same page), minus 1 per failed call; 0 when no call served the task (unrelated
+  calls earn nothing).
 - ``coverage``: per needed page, 10 when opened, 5 when only seen in search results, 0 otherwise;
   averaged.
 
-Answer (the final report):
-- ``relevance``: the share of the task's pages the answer names, times 10, minus 3 when the kind's
-  requirement (its sections, or at least three ideas) is not met.
-- ``accuracy``: claims are checked against the text the tools actually returned: code spans,
-  dotted identifiers and signatures, and numbers of two or more digits that are not in the
-  question. 10 minus 3 per unsupported claim; 1 when the answer states neither such a claim nor a
-  key fact (nothing beyond the question to be accurate about).
-- ``depth``: the share of the task's key facts the answer states (a fact counts when all but one
-  of its distinctive terms appear), times 10.
+Answer (the final report, ``envs.base.final_answer``), read as evidence.Answer reads it: each
+sentence is about the needed page named nearest before it, a key fact is *stated* about a page
+when a sentence about that page covers it (all but one of its distinctive terms), and it is
+*grounded* when the text this trajectory retrieved about that page covers it too. A trajectory
+that stopped at a limit, or whose last turn is an unanswered tool call, scores 0 on every answer
+dimension, and so does an empty answer. An answer that is mostly pasted tool output
+(``evidence.Answer.pasted``) is not a report: it addresses no page (0 on relevance, accuracy and
+depth; clarity as below).
+- ``relevance``: the share of the task's pages the answer addresses, times 10, minus 3 when the
+  kind's requirement (its sections, or at least three ideas) is not met. A page is addressed when
+  one of its key facts is stated about it and grounded, and none is stated about another page
+  (a page without key facts: a claim of its retrieved text in a paragraph about it); naming it,
+  or echoing the question, earns nothing.
+- ``accuracy``: checkable claims (code spans, dotted identifiers and signatures, numbers of two
+  or more digits) that the question does not state, and the key facts. 10 minus 3 per bad one: a
+  claim no tool result contains, a claim found only in the text retrieved about another needed
+  page than the one its sentence is about, a key fact stated only about another needed page, a
+  key fact stated but not grounded (memorised, not retrieved). 0 when the answer states no
+  grounded key fact and no supported claim (nothing beyond the question to be accurate about).
+- ``depth``: per grounded key fact, 1 when the trajectory opened its page and 1/2 when the page
+  was only listed in its search results; 10 times their sum over the number of key facts.
 - ``clarity``: 10 minus 3 per missing required section, 3 when there are fewer than two sections,
   3 when the answer stops mid-sentence, 1 per paragraph over 1,200 characters, 2 when under 60
-  words.
+  words; at most 5 when the answer addresses none of the task's pages (however well laid out, it
+  is not a clear answer to this question).
 """
 from __future__ import annotations
 
-import dataclasses
 import re
-from typing import Any, Mapping, Sequence
+from typing import Sequence
 
 from arenarl_jax import types
 from arenarl_jax.envs import base
-from arenarl_jax.envs.research import search, valid
+from arenarl_jax.envs.research import evidence, valid
+from arenarl_jax.envs.research.evidence import claims, fact_covered, unsupported  # noqa: F401
 
-_CODE_RE = re.compile(r"``(.+?)``|`([^`\n]+)`")
-_DOTTED_RE = re.compile(r"\b[A-Za-z_]\w*(?:\.[A-Za-z_]\w*)+(?:\([^()\n]*\))?")
-_NUMBER_RE = re.compile(r"(?<![\w.])\d{2,}(?:\.\d+)?(?![\w])")
-_LIST_MARK_RE = re.compile(r"^\s*(?:[-*+]|\d+[.)])\s+", re.MULTILINE)
 _PLAN_ITEM_RE = re.compile(r"^\s*(?:[-*+]|\d+[.)])\s+\S", re.MULTILINE)
 LONG_PARAGRAPH = 1200
 MIN_CLEAR_WORDS = 60
-
-
-@dataclasses.dataclass
-class Research:
-  """What a trajectory did with the tools."""
-
-  searched: set[str]  # page ids that appeared in successful search results
-  opened: set[str]  # page ids opened successfully
-  retrieved: str  # all successful tool result text
-  calls_ok: int
-  calls_failed: int
-  repeats: int
-  first_step_calls: int
-  plan: str
-
-
-def _is_error(text: str) -> bool:
-  return text.lstrip().startswith("Error:")
-
-
-def research_of(steps: Sequence[types.Step]) -> Research:
-  r = Research(set(), set(), "", 0, 0, 0, 0, "")
-  seen: set[tuple[str, Any]] = set()
-  texts = []
-  answer_steps = steps[:-1] if steps and not steps[-1].tool_calls else steps
-  for k, step in enumerate(answer_steps):
-    if k == 0:
-      r.first_step_calls = len(step.tool_calls)
-      r.plan = f"{step.reasoning}\n{step.content}"
-    for j, call in enumerate(step.tool_calls):
-      result = step.tool_results[j] if j < len(step.tool_results) else "Error: no result"
-      if _is_error(result):
-        r.calls_failed += 1
-        continue
-      r.calls_ok += 1
-      texts.append(result)
-      args = dict(call.arguments)
-      if call.name == "web_search":
-        key: Any = frozenset(search.tokenize(str(args.get("query", ""))))
-        r.searched.update(search.result_page_ids(result))
-      else:
-        key = str(args.get("page_id", "")).strip()
-        if call.name == "open_page":
-          r.opened.add(key)
-      if (call.name, key) in seen:
-        r.repeats += 1
-      seen.add((call.name, key))
-  r.retrieved = "\n".join(texts)
-  return r
-
-
-def _squash(text: str) -> str:
-  return re.sub(r"[\s`]+", "", text)
-
-
-def claims(answer: str, question: str) -> list[str]:
-  """Checkable claims in an answer that the question does not already state."""
-  out: list[str] = []
-  q = _squash(question)
-  for m in _CODE_RE.finditer(answer):
-    out.append(m.group(1) or m.group(2))
-  rest = _CODE_RE.sub(" ", answer)
-  rest = _LIST_MARK_RE.sub("", rest)
-  # Dotted names, but not abbreviations such as "e.g" or "i.e" (every part one or two letters).
-  out.extend(m.group(0) for m in _DOTTED_RE.finditer(rest)
-             if any(len(part) > 2 for part in m.group(0).split("(")[0].split(".")))
-  out.extend(m.group(0) for m in _NUMBER_RE.finditer(rest))
-  kept = []
-  for c in dict.fromkeys(c.strip() for c in out):
-    s = _squash(c)
-    if s and s not in q:
-      kept.append(c)
-  return kept
-
-
-def unsupported(answer: str, question: str, retrieved: str) -> list[str]:
-  """The claims that appear nowhere in the retrieved text (whitespace and backticks ignored)."""
-  text = _squash(retrieved)
-  return [c for c in claims(answer, question) if _squash(c) not in text]
-
-
-def fact_covered(fact: Mapping[str, Any], answer_terms: set[str]) -> bool:
-  terms = list(fact["terms"])
-  return sum(t in answer_terms for t in terms) >= max(1, len(terms) - 1)
+OFF_TASK_CLARITY = 5.0  # the most clarity earns when the answer addresses none of the pages
 
 
 def _clip(x: float) -> float:
   return float(min(10.0, max(0.0, x)))
 
 
-def score(task: base.Task, steps: Sequence[types.Step]) -> dict[str, dict[str, float]]:
-  """The rubric scores of one trajectory's steps for ``task``."""
-  c = task.constraints
-  pages = list(c["pages"])
-  r = research_of(steps)
-  answer = steps[-1].content if steps and not steps[-1].tool_calls else ""
+def score(task: base.Task, trajectory: types.Trajectory) -> dict[str, dict[str, float]]:
+  """The rubric scores of ``trajectory`` for ``task``."""
+  pages = list(task.constraints["pages"])
+  steps = trajectory.steps
+  r = evidence.research_of(steps, pages)
 
-  if not steps or r.first_step_calls == 0:
+  if not steps or r.first_step_calls == 0 or r.serving == 0:
     framework = 0.0
   elif len(_PLAN_ITEM_RE.findall(r.plan)) >= 2:
     framework = 10.0
   else:
     framework = 6.0 if r.plan.strip() else 3.0
   unread = sum(1 for p in pages if p in r.searched and p not in r.opened)
-  tool_usage = 0.0 if r.calls_ok == 0 else _clip(10 - 3 * unread - 2 * r.repeats
-                                                  - r.calls_failed)
+  tool_usage = 0.0 if r.serving == 0 else _clip(10 - 3 * unread - 2 * r.repeats - r.calls_failed)
   coverage = 10 * sum(1.0 if p in r.opened else 0.5 if p in r.searched else 0.0
                       for p in pages) / len(pages)
+  path = {"framework": framework, "tool_usage": tool_usage, "coverage": coverage}
 
-  found = valid.sections(answer)
-  required = list(c.get("sections", ()))
-  missing = [s for s in required if not valid.has_section(found, s)]
-  kind_ok = not missing and valid.list_items(answer) >= int(c.get("min_ideas", 0))
-  named = sum(1 for p in pages if p in answer)
-  relevance = _clip(10 * named / len(pages) - (0 if kind_ok else 3)) if answer.strip() else 0.0
+  return {"path": path, "answer": _answer(task, base.final_answer(trajectory), r)}
 
-  terms = set(search.tokenize(answer))
-  facts = list(c["facts"])
-  covered = sum(fact_covered(f, terms) for f in facts)
-  depth = 10 * covered / len(facts) if facts else 0.0
 
-  stated = claims(answer, task.query)
-  bad = unsupported(answer, task.query, r.retrieved)
-  if not answer.strip():
-    accuracy = 0.0
-  elif not stated and not covered:
-    accuracy = 1.0  # nothing beyond the question: nothing to be accurate about
-  else:
-    accuracy = _clip(10 - 3 * len(bad))
+def _answer(task: base.Task, text: str, r: evidence.Research) -> dict[str, float]:
+  c = task.constraints
+  pages, facts = list(c["pages"]), list(c["facts"])
+  if not text.strip():
+    return dict.fromkeys(("relevance", "accuracy", "depth", "clarity"), 0.0)
+  found = valid.sections(text)
+  missing = [s for s in c.get("sections", ()) if not valid.has_section(found, s)]
+  clarity = _clarity(text, missing)
+  a = evidence.Answer(text, task.query, pages, facts, r)
+  addressed = 0 if a.pasted else sum(a.addresses(p, facts) for p in pages)
+  if not addressed:
+    clarity = min(clarity, OFF_TASK_CLARITY)
+  if a.pasted:
+    return {"relevance": 0.0, "accuracy": 0.0, "depth": 0.0, "clarity": clarity}
 
-  clarity = _clarity(answer, missing) if answer.strip() else 0.0
-  return {"path": {"framework": framework, "tool_usage": tool_usage, "coverage": coverage},
-          "answer": {"relevance": relevance, "accuracy": accuracy, "depth": depth,
-                     "clarity": clarity}}
+  kind_ok = not missing and valid.list_items(text) >= int(c.get("min_ideas", 0))
+  relevance = _clip(10 * addressed / len(pages) - (0 if kind_ok else 3))
+
+  ungrounded = sum(s and not g for s, g in zip(a.stated, a.grounded))
+  bad = len(a.unsupported) + len(a.misattributed_claims) + a.misattributed_facts + ungrounded
+  supported = len(a.claims) - len(a.unsupported) - len(a.misattributed_claims)
+  accuracy = _clip(10 - 3 * bad) if sum(a.grounded) + supported > 0 else 0.0
+
+  credit = [1.0 if f["page"] in r.opened else 0.5 if f["page"] in r.searched else 0.0
+            for f, g in zip(facts, a.grounded) if g]
+  depth = 10 * sum(credit) / len(facts) if facts else 0.0
+  return {"relevance": relevance, "accuracy": accuracy, "depth": depth, "clarity": clarity}
 
 
 def _clarity(answer: str, missing: Sequence[str]) -> float:

@@ -158,3 +158,57 @@ def test_expert_messages_are_reference_format(env):
   assert all(not r.startswith("Error") for s in steps for r in s.tool_results)
   again = messages_lib.messages_from_steps(task.query, steps)
   assert messages_lib.steps_from_messages(again) == steps
+
+
+@pytest.mark.parametrize("finish", ["length", "max_turns", "invalid", "error", "unanswered"])
+def test_an_unfinished_trajectory_scores_zero_on_every_answer_dimension(env, finish):
+  task = env.tasks("test_technical_writing")[0]
+  msgs = env.expert(task, 0.0, 0)
+  if finish == "unanswered":  # the last turn is a tool call the rollout never answered
+    msgs = msgs + [{"role": "assistant", "content": "", "tool_calls": [
+        {"id": "late", "type": "function", **_call("web_search", query="more")}]}]
+  traj = messages_lib.trajectory_from_messages(
+      msgs, metadata={"task_id": task.id}, finish_reason="answer" if finish == "unanswered"
+      else finish)
+  s = env.checker(traj)
+  assert s["answer"] == dict.fromkeys(("relevance", "accuracy", "depth", "clarity"), 0.0)
+  # The path keeps its credit; a call without a result counts as a failed call (-1).
+  assert s["path"] == {"framework": 10.0, "tool_usage": 9.0 if finish == "unanswered" else 10.0,
+                       "coverage": 10.0}
+
+
+def test_unrelated_calls_earn_no_path_credit_and_ground_nothing(env):
+  task = env.tasks("test_explanation")[0]
+  other = next(p for p in env.tasks("train")
+               if p.constraints["module"] != task.constraints["module"]).constraints["pages"]
+  answer = env.expert(task, 0.0, 0)[-1]["content"]
+  plan = "Plan:\n1. Search.\n2. Read."
+  msgs = _conversation(env, task, [(plan, [_call("web_search", query=p, k=3) for p in other]),
+                                   ("Reading.", [_call("open_page", page_id=p) for p in other])],
+                       answer)
+  s = _score(env, task, msgs)
+  assert s["path"] == {"framework": 0.0, "tool_usage": 0.0, "coverage": 0.0}
+  # The expert's report, memorised: its facts are stated but not grounded, so none counts.
+  assert s["answer"]["relevance"] == 0 and s["answer"]["depth"] == 0
+  assert s["answer"]["accuracy"] == 0 and s["answer"]["clarity"] == 5.0
+
+
+def test_depth_counts_a_fact_in_full_only_from_an_opened_page(env):
+  for task in _test_tasks(env)[::10]:
+    msgs = env.expert(task, 0.0, 0)
+    searched_only = msgs[:1 + 1 + len(task.constraints["pages"])] + msgs[-1:]
+    assert [m["role"] for m in searched_only[1:-1]] == ["assistant"] + ["tool"] * (
+        len(searched_only) - 3)
+    s = _score(env, task, searched_only)
+    assert s["answer"]["depth"] <= 5.0 and s["path"]["coverage"] == 5.0, (task.id, s)
+    memorised = _score(env, task, msgs[:1] + msgs[-1:])
+    assert memorised["answer"]["depth"] == 0 and memorised["answer"]["relevance"] == 0
+
+
+def test_pasted_tool_output_is_not_a_report(env):
+  for task in _test_tasks(env)[::10]:
+    msgs = env.expert(task, 0.0, 0)
+    pasted = "\n\n".join(m["content"] for m in msgs if m["role"] == "tool")
+    s = _score(env, task, msgs[:-1] + [{"role": "assistant", "content": pasted}])
+    assert (s["answer"]["relevance"], s["answer"]["accuracy"], s["answer"]["depth"]) == (0, 0, 0)
+    assert s["answer"]["clarity"] <= 5.0
