@@ -20,6 +20,7 @@ from arenarl_jax.envs.research import expert as expert_lib
 from arenarl_jax.envs.research import search
 from arenarl_jax.envs.research import tasks as tasks_lib
 from arenarl_jax.envs.research import valid as valid_lib
+from arenarl_jax.envs.research import verifier as verifier_lib
 
 
 @base.register("research")
@@ -81,11 +82,19 @@ class ResearchEnvironment:
   def tool_source(self) -> base.ToolSource:
     return self.index.tool_source(self.tool_max_chars)
 
-  def checker(self, trajectory: types.Trajectory) -> dict[str, dict[str, float]]:
+  def _task_of(self, trajectory: types.Trajectory, what: str) -> base.Task:
     task_id = (trajectory.metadata or {}).get("task_id")
     if not isinstance(task_id, str):
-      raise ValueError("research checker: trajectory.metadata['task_id'] is missing")
-    return checker_lib.score(self.task(task_id), trajectory.steps)
+      raise ValueError(f"research {what}: trajectory.metadata['task_id'] is missing")
+    return self.task(task_id)
+
+  def checker(self, trajectory: types.Trajectory) -> dict[str, dict[str, float]]:
+    """The rubric scores (partial credit, a training reward through the rubric judge)."""
+    return checker_lib.score(self._task_of(trajectory, "checker"), trajectory)
+
+  def verify(self, trajectory: types.Trajectory) -> base.Verification:
+    """The strict verifier (the evaluation's headline metric, never part of a reward)."""
+    return verifier_lib.verify(self._task_of(trajectory, "verifier"), trajectory)
 
   def valid(self, answer: str, task: base.Task | str | None = None) -> tuple[bool, str]:
     """Content validity; with the task (or its id) the kind's structure is required too."""
@@ -98,6 +107,10 @@ class ResearchEnvironment:
   def expert(self, task: base.Task, error_rate: float,
              rng: np.random.Generator | int) -> list[dict[str, Any]]:
     return self._expert.run(task, error_rate, rng)
+
+  def reference(self, task: base.Task, rng: np.random.Generator | int) -> list[dict[str, Any]]:
+    """An evaluation reference: the expert at ``reference_error_rate`` (SFT data uses rate 0)."""
+    return self.expert(task, self.reference_error_rate, rng)
 
   def expert_with_errors(self, task: base.Task,
                          errors: Mapping[str, Any] | set[tuple[str, int]]) -> list[dict[str, Any]]:
