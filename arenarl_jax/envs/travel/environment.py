@@ -15,6 +15,7 @@ from arenarl_jax.envs.travel import checker as checker_lib
 from arenarl_jax.envs.travel import expert as expert_lib
 from arenarl_jax.envs.travel import tasks as tasks_lib
 from arenarl_jax.envs.travel import tools as tools_lib
+from arenarl_jax.envs.travel import verifier as verifier_lib
 from arenarl_jax.envs.travel import world as world_lib
 
 PLAN_SUBTASKS = ("direction", "one_day", "multi_day")
@@ -75,6 +76,14 @@ class TravelEnvironment:
 
   def checker(self, trajectory: types.Trajectory) -> dict[str, dict[str, float]]:
     return self._checker(trajectory)
+
+  def verify(self, trajectory: types.Trajectory) -> base.Verification:
+    """The strict verifier (:mod:`verifier`): every requirement of the task must hold."""
+    task_id = (trajectory.metadata or {}).get("task_id")
+    if not task_id:
+      raise ValueError("travel verifier: trajectory.metadata['task_id'] is missing")
+    task, gt = self._checker.truth(task_id)
+    return verifier_lib.verify(self.world, task, gt, trajectory)
 
   def valid(self, answer: str, task: base.Task | str | None = None) -> tuple[bool, str]:
     """Content validity: non-empty; for a plan subtask's task (or id), names a place and a time."""

@@ -39,7 +39,7 @@ _ADJ = ("Jade", "Golden", "Silver", "Red", "Blue", "Old", "Eastern", "Western", 
 _NOUN = ("Lotus", "Dragon", "Harbor", "River", "Lantern", "Willow", "Pine", "Crane", "Stone",
          "Bridge", "Garden", "Moon", "Maple", "Phoenix", "Cloud", "Bamboo", "Orchid", "Tiger",
          "Lake", "Summit")
-_STREETS = ("Road", "Street", "Avenue", "Lane")
+STREETS = ("Road", "Street", "Avenue", "Lane")
 _WEATHER = ("sunny", "cloudy", "light rain", "showers", "overcast", "clear")
 
 # Speed (km/h), fixed minutes (waiting, parking), cost base and per km (yuan), route detour factor.
@@ -360,7 +360,7 @@ def _poi(rng: np.random.Generator, city: City, name: str, kind: str, category: s
   else:
     open_min, close_min, price = 5 * 60, 23 * 60 + 30, 0
   address = f"{number} {_NOUN[int(rng.integers(len(_NOUN)))]} " \
-            f"{_STREETS[int(rng.integers(len(_STREETS)))]}"
+            f"{STREETS[int(rng.integers(len(STREETS)))]}"
   return Poi(name, city.name, kind, category, lat, lng, rating, open_min, close_min, price,
              address)
 
