@@ -1,7 +1,8 @@
 """The offline deep-research environment, registered as ``env.name=research``.
 
-Tasks, tools, checker, validity and expert all derive from one corpus (built from the standard
-library's documentation and cached on disk, see corpus.py) and the seed. The corpus, index and
+Tasks, tools, checker (partial credit), verifier (all or nothing), validity and expert all derive
+from one corpus (built from the standard library's documentation and cached on disk, see
+corpus.py) and the seed. The corpus, index and
 tasks are built on first use, so registering and constructing the environment is cheap.
 """
 from __future__ import annotations

@@ -43,13 +43,15 @@ def test_research_of_counts_calls_and_what_each_page_returned():
   assert (r.calls_ok, r.calls_failed, r.repeats, r.first_step_calls) == (5, 1, 1, 4)
   # Both json searches list json.dumps, both opens are needed pages; the zlib search is not.
   assert r.serving == 4
-  assert LOADS in r.about["json.loads"] and "json.dumps(obj) Serialize obj." in r.about["json.dumps"]
+  assert LOADS in r.about["json.loads"]
+  assert "json.dumps(obj) Serialize obj." in r.about["json.dumps"]
   assert evidence.search_entries(SEARCH)[1] == (
       "json", "2. json module [page_id: json]\n   JSON encoder and decoder.")
 
 
 def _answer(text, steps=None):
-  return evidence.Answer(text, QUESTION, PAGES, FACTS, evidence.research_of(steps or _steps(), PAGES))
+  research = evidence.research_of(steps or _steps(), PAGES)
+  return evidence.Answer(text, QUESTION, PAGES, FACTS, research)
 
 
 RIGHT = ("## Notes\n\n**`json.dumps`** will serialize obj to a JSON formatted str; see "
