@@ -16,9 +16,10 @@ Path (what the agent did):
   averaged.
 
 Answer (the final report, ``envs.base.final_answer``), read as evidence.Answer reads it: each
-sentence is about the needed page named nearest before it, a key fact is *stated* about a page
-when a sentence about that page covers it (all but one of its distinctive terms), and it is
-*grounded* when the text this trajectory retrieved about that page covers it too. A trajectory
+sentence is about the needed page named nearest before it; a key fact is *stated* about a page
+when, of the paragraphs and list items covering it (all but one of its distinctive terms), one
+covering the most of them is about that page where the fact starts; it is *grounded* when the
+text this trajectory retrieved about that page covers it too. A trajectory
 that stopped at a limit, or whose last turn is an unanswered tool call, scores 0 on every answer
 dimension, and so does an empty answer. An answer that is mostly pasted tool output
 (``evidence.Answer.pasted``) is not a report: it addresses no page (0 on relevance, accuracy and
@@ -26,7 +27,7 @@ depth; clarity as below).
 - ``relevance``: the share of the task's pages the answer addresses, times 10, minus 3 when the
   kind's requirement (its sections, or at least three ideas) is not met. A page is addressed when
   one of its key facts is stated about it and grounded, and none is stated about another page
-  (a page without key facts: a claim of its retrieved text in a paragraph about it); naming it,
+  (a page without key facts: a claim of its retrieved text in a passage about it); naming it,
   or echoing the question, earns nothing.
 - ``accuracy``: checkable claims (code spans, dotted identifiers and signatures, numbers of two
   or more digits) that the question does not state, and the key facts. 10 minus 3 per bad one: a
