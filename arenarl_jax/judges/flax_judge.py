@@ -34,7 +34,7 @@ visible slots).
 writes the verdict, which is parsed strictly like an HTTP reply. By default decoding follows the
 compact verdict's grammar (``flax_constrained``: fixed text forced, scores restricted to 0..10),
 so every reply parses; with ``constrained=False`` it decodes freely and an unparseable verdict
-makes the match ``ok=False`` (both players demoted by the tournament, never a tie:
+makes the match ``ok=False`` (neither player is ranked or trained on, never a tie:
 ``types.MatchResult``).
 
 Prompts whose match-specific part exceeds ``max_user_tokens`` are re-rendered with smaller

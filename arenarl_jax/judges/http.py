@@ -14,7 +14,7 @@ grammar (``verdict.verdict_gbnf``: the fixed text with single spaces, scores 0..
 the whitespace a JSON-schema grammar allows; it falls back to json_schema. Repair: an unparseable reply is asked again (``parse_retries``) at
 ``retry_temperature`` with a fixed repair instruction added to the system prompt (never the
 reply or the parser's message, which may quote policy text). A match that still fails is
-``MatchResult(ok=False)`` with scores (0, 0): the tournament demotes both players (types.py).
+``MatchResult(ok=False)`` with scores (0, 0): both players get no rank evidence, so neither trains on it (types.py).
 The API key is read from the environment variable named in the config and never logged, printed,
 put in a repr, pickled or cached.
 """

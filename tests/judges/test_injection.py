@@ -66,7 +66,7 @@ def test_backend_end_to_end(place):
                          transport=server.transport)
   results = judge.judge(m)
   for r in results:
-    assert not r.ok and "unparseable reply" in r.error  # failure: recorded, both sides demoted
+    assert not r.ok and "unparseable reply" in r.error  # failure: recorded, neither side ranked
     assert (r.score_p, r.score_q) == (verdict_lib.FAILED, verdict_lib.FAILED) and r.requests == 4
   assert judge.metrics["parse_failures"] == 8 and judge.metrics["failed_matches"] == 2
   # Control: the same trajectories with an honest echo-free judge give the real verdict.
