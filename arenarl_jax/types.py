@@ -151,6 +151,9 @@ class GroupResult:
   matches: tuple[tuple[Match, MatchResult], ...]  # the match log, in play order
   requests: int  # judge requests (one match = two), as the judge counted them
   failures: int  # failed matches (left out of the evidence; both players unranked)
+  # The judged round of each logged match (0 = the first), parallel to ``matches``: a viewer
+  # draws the bracket from it. Every group plays from round 0, one judged round per engine round.
+  rounds: tuple[int, ...] = ()
 
 
 def subtask_of(trajectory: Trajectory) -> str:

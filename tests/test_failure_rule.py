@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 
 from arenarl_jax import config_tree, tournament
+from arenarl_jax.envs.base import Verification
 from arenarl_jax.judges.synthetic import NoisyJudge, ScoreMatrixJudge
 from arenarl_jax.judges.verdict import PointwiseScores
 from arenarl_jax.rl import advantages as adv_lib
@@ -252,7 +253,11 @@ def test_experience_marks_unranked_rows_and_the_batch_trains_nothing_on_them(mon
       stats={"device_s": 0.0, "tool_s": 0.0, "host_s": 0.0, "sampled_tokens": 24}))
   monkeypatch.setattr(experience_lib.policy_sampler, "set_policy", lambda *a: None)
   exp = object.__new__(experience_lib.Experience)
-  exp.config, exp.env, exp.truth = config(), pytypes.SimpleNamespace(valid=None), None
+  # A verifier that solves only the greedy rows: a monitor, it must not touch the advantages.
+  verify = lambda t: (Verification(met=2, total=2) if t.metadata["greedy"]  # noqa: E731
+                      else Verification(met=1, total=2, unmet=("count",)))
+  exp.config, exp.truth = config(), None
+  exp.env = pytypes.SimpleNamespace(valid=None, verify=verify)
   exp.judge = FailOrdered(NoisyJudge(np.array([3.0, 2.0, 1.0, 0.0])), [(3, 0)])
   exp.workdir, exp.log_due, exp.tasks, exp.source = None, None, [None, None], None
   exp.sampler, exp.rollout, exp.tool_names, exp.group_size = None, rollout, [], 4
@@ -266,3 +271,4 @@ def test_experience_marks_unranked_rows_and_the_batch_trains_nothing_on_them(mon
   assert stats["reward/mean"] == 0.5 and stats["advantage/mean"] == pytest.approx(0.0, abs=1e-6)
   batch = batch_lib.make_batch(flat, adv_N, bucket=4)
   np.testing.assert_array_equal(batch["loss_mask_NT"].sum(1), [0, 3, 3, 0] * 2)
+  assert stats["verifier/solved_rate"] == 0.25 and stats["verifier/met_rate"] == 0.625

@@ -175,6 +175,8 @@ def test_rollout_log_holds_matches_and_scores_and_is_never_overwritten(tmp_path)
   assert [r["group"] for r in rows] == [0, 1] and rows[1]["subtask"] == "route"
   assert rows[0]["order"] == [0, 2, 1, 3] and rows[0]["ranks"] == [1, 3, 2, 4]
   assert len(rows[0]["matches"]) == 6 and rows[0]["matches"][0]["i"] == 1
+  # The anchor pass (three matches), the semi-finals, the final: the viewer's bracket rounds.
+  assert [m["round"] for m in rows[0]["matches"]] == [0, 0, 0, 1, 1, 2]
   assert rows[0]["matches"][0]["score_p"] == 12 and rows[0]["matches"][0]["ok"]
   assert rows[0]["seeding_tau"] == pytest.approx(TAU)
   assert [t["advantage"] for t in rows[0]["trajectories"]] == pytest.approx(adv[0].tolist())

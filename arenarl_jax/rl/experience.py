@@ -14,7 +14,8 @@ its row loss mask 0 (a failure teaches nothing). The stats (``rl/stats.py``,
 ``rollout/stats.py``) hold rewards and advantages (of the ranked trajectories), the judge's work
 (failures, unranked trajectories and dropped groups included), the rollouts' shape, the
 noise-free checker's mean score (the learning signal without the judge's noise, when a ``truth``
-judge is given) and the time of each phase.
+judge is given), the strict verifier's solved and met rates (``verifier/*``: a monitor beside the
+reward, never part of it) and the time of each phase.
 With a ``workdir`` and a ``log_due(step)`` predicate, the steps it names also write
 ``<workdir>/rollouts/step_<k>.jsonl`` (``rollout/log.py``): every group with its trajectories,
 standing, advantages and match log; files are never overwritten.
@@ -105,6 +106,7 @@ class Experience:
     stats.update(rollout_stats.trajectory_metrics(flat, "rollout", self.tool_names))
     if self.truth is not None:
       stats["reward/checker_mean"] = float(np.mean(self.truth.score(flat).scores))
+    stats.update(verifier_stats(self.env, flat))
     stats.update({"time/sample_s": float(batch.stats["device_s"]),
                   "time/tools_s": float(batch.stats["tool_s"]),
                   "time/rollout_host_s": float(batch.stats["host_s"]),
@@ -117,6 +119,18 @@ class Experience:
                                  topology=self.config.tournament.topology, first_group=first,
                                  mask_BG=mask_BG)
     return flat, adv_N, stats
+
+
+def verifier_stats(env: Any, trajectories: Sequence[Any]) -> dict[str, float]:
+  """The strict verifier's solved and requirements-met rates of a step's rollouts, logged beside
+  the judge's reward so that a reward drifting away from real success is visible. A monitor
+  only: nothing here reaches the advantages. Empty for an environment without a verifier."""
+  verify = getattr(env, "verify", None)
+  if verify is None or not trajectories:
+    return {}
+  verdicts = [verify(t) for t in trajectories]
+  return {"verifier/solved_rate": float(np.mean([v.solved for v in verdicts])),
+          "verifier/met_rate": float(np.mean([v.met_rate for v in verdicts]))}
 
 
 def judged_mask(judged: adv_lib.Judged) -> np.ndarray:

@@ -43,9 +43,10 @@ def group_record(step: int, b: int, group: Sequence[Any], adv_G: np.ndarray,
                 "ranks": result.ranks, "base_rewards": result.base_rewards,
                 "ranked": result.ranked,
                 "requests": result.requests, "failures": result.failures,
-                "matches": [{"i": m.i, "j": m.j, "score_p": r.score_p, "score_q": r.score_q,
+                "matches": [{"round": result.rounds[k] if result.rounds else None,
+                             "i": m.i, "j": m.j, "score_p": r.score_p, "score_q": r.score_q,
                              "ok": r.ok, "error": r.error, "requests": r.requests,
-                             "detail": r.detail} for m, r in result.matches]})
+                             "detail": r.detail} for k, (m, r) in enumerate(result.matches)]})
     if tournament.TOPOLOGIES[topology].anchor_seeded:
       out["seeding_tau"] = diagnostics.seeding_tau(result)
   return jsonl.jsonable(out)

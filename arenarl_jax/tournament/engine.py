@@ -59,6 +59,7 @@ def rank(
 
   plays = [spec.play(len(g), streams[b] if streams else None) for b, g in enumerate(groups)]
   logs: list[list[tuple[Match, MatchResult]]] = [[] for _ in groups]
+  rounds: list[list[int]] = [[] for _ in groups]
   requests = [0] * len(groups)
   failures = [0] * len(groups)
   standings: list[topology_lib.Standing | None] = [None] * len(groups)
@@ -88,6 +89,7 @@ def rank(
     for b, pairs in active:
       stop = start + len(pairs)
       logs[b].extend(zip(matches[start:stop], results[start:stop]))
+      rounds[b].extend([round_index] * (stop - start))
       requests[b] += sum([r.requests for r in results[start:stop]])
       if num_failed:
         failures[b] += stop - start - sum(ok[start:stop])
@@ -102,8 +104,9 @@ def rank(
   return [
       GroupResult(order=s.order, ranks=s.ranks, base_rewards=s.rewards, advantages=adv,
                   ranked=rewards_lib.trainable(s.ranked), matches=tuple(log), requests=req,
-                  failures=fail)
-      for s, adv, log, req, fail in zip(standings, advantages_by_group, logs, requests, failures)
+                  failures=fail, rounds=tuple(rnd))
+      for s, adv, log, req, fail, rnd in zip(standings, advantages_by_group, logs, requests,
+                                             failures, rounds)
   ]
 
 
