@@ -140,8 +140,13 @@ def test_path_counts_failed_unrelated_and_repeated_calls(env, tests_by_subtask):
   repeat = dataclasses.replace(good, steps=(good.steps[0],) + good.steps)
   n = len(good.steps[0].tool_calls)
   assert env.checker(repeat)["path"]["relevance"] == max(0, 10 - 3 * n)
+  # Path credit comes only from calls that serve the task: none at all, or only an unrelated
+  # successful one, earns nothing on relevance and detail.
   only_answer = dataclasses.replace(good, steps=good.steps[-1:])
-  assert env.checker(only_answer)["path"] == {"breadth": 0.0, "relevance": 10.0, "detail": 0.0}
+  assert env.checker(only_answer)["path"] == {"breadth": 0.0, "relevance": 0.0, "detail": 0.0}
+  unrelated = types.Step(tool_calls=(other,), tool_results=(extra.tool_results[1],))
+  off_topic = dataclasses.replace(good, steps=(unrelated,) + good.steps[-1:])
+  assert env.checker(off_topic)["path"] == {"breadth": 0.0, "relevance": 0.0, "detail": 0.0}
   with pytest.raises(ValueError, match="task_id"):
     env.checker(dataclasses.replace(good, metadata={}))
 
@@ -190,3 +195,45 @@ def test_arbitrary_trajectories_never_crash_the_checker(env, tests_by_subtask):
                                           metadata={"task_id": task.id}))
     assert all(0 <= v <= 10 for sec in scores.values() for v in sec.values())
     assert scores["path"]["breadth"] < 10  # nothing needed was called
+
+
+def test_checks_facts_per_entity_and_needs_the_answering_fact(env, tests_by_subtask):
+  """The review's findings: a number supports only the entity its line names, a sub-need is
+  covered by the fact that answers it (not its words), nothing stated earns no feasibility or
+  details, and a truncated turn is no answer."""
+  search = tests_by_subtask["search"][3]
+  good = _traj(env, search, 0.0, 3)
+  answer = good.final_answer
+  land = env.world.poi(search.constraints["city"], search.constraints["landmark"])
+  other = next(p for p in env.world.pois[land.city] if p.address != land.address)
+  # The landmark's line with another place's (real) address: wrong for the landmark, uncovered.
+  moved = env.checker(_with_answer(good, answer.replace(land.address, other.address)))
+  assert moved["answer"]["relevance"] == 10 - checker_lib.STEP_ANSWER
+  assert moved["answer"]["details"] == 10 - checker_lib.STEP_ANSWER
+  # The side question's words without its content cover nothing.
+  info = answer.splitlines()[-1]
+  title_only = env.checker(_with_answer(good, answer.replace(info, info.split(":")[0] + ".")))
+  assert title_only["answer"]["relevance"] == 10 - checker_lib.STEP_ANSWER
+  # Two picks' lines trading their figures: every figure is in a result, for the other place.
+  lines = answer.splitlines()
+  a, b = lines[1].split(": ", 1), lines[2].split(": ", 1)
+  swapped = "\n".join(lines[:1] + [f"{a[0]}: {b[1]}", f"{b[0]}: {a[1]}"] + lines[3:])
+  scores = env.checker(_with_answer(good, swapped))["answer"]
+  assert scores["details"] == 0 and scores["relevance"] < 10 and scores["clarity"] < 10, scores
+  # A polite answer that states nothing, after the right calls: no answer credit at all.
+  polite = "Thank you for asking! I have looked into everything for you.\n" * 3
+  assert set(env.checker(_with_answer(good, polite))["answer"].values()) == {0.0}
+  # The expert's answer cut short by the length limit is no answer.
+  cut = _with_answer(dataclasses.replace(good, finish_reason="length"), answer[:len(answer) // 3])
+  assert set(env.checker(cut)["answer"].values()) == {0.0}
+  assert env.checker(cut)["path"] == env.checker(good)["path"]
+
+
+def test_naming_every_candidate_chooses_none(env, tests_by_subtask):
+  """Copying the search result (every candidate, the violators too) is not a choice."""
+  task = tests_by_subtask["search"][0]
+  good = _traj(env, task, 0.0, 0)
+  results = "\n".join(r for s in good.steps for r in s.tool_results)
+  scores = env.checker(_with_answer(good, results))["answer"]
+  assert scores["feasibility"] == 0 and scores["details"] <= 3 and scores["clarity"] == 0, scores
+  assert scores["relevance"] <= 10 - 2 * checker_lib.STEP_ANSWER, scores

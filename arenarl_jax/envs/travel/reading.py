@@ -129,9 +129,17 @@ class Reading:
     return self.fact(list(dict.fromkeys(entities)), kind, facts_lib.num(truth), support)
 
   def doc_covered(self, title: str) -> bool:
-    """The answer gives the document's key content and this trajectory retrieved it."""
-    doc = self.world.doc_by_title[title]
-    return doc.key.lower() in self.answer.lower() and title.lower() in self.evidence.docs
+    """The answer gives the document's key content (on a line naming that document or none)
+    and this trajectory retrieved it."""
+    doc, title = self.world.doc_by_title[title], title.lower()
+    if title not in self.evidence.docs:
+      return False
+    for line in self.answer.splitlines():
+      if doc.key.lower() in line.lower():
+        named = facts_lib.find_title(self.world, line)
+        if named is None or named[2] == title:
+          return True
+    return False
 
   def expected_arrival(self, stop: int) -> int:
     """When the route reaches waypoint ``stop`` leaving at the stated time (else the asked one)."""
@@ -259,10 +267,8 @@ def plan_breaks(r: Reading) -> dict[str, list[str]]:
     chosen = r.services.get(side, [])
     if len(chosen) == 1:
       out[chosen[0].number] = ["departure"] if chosen[0].depart_min < c[key] else []
-  if sub in ("one_day", "multi_day"):
-    cost = r.plan_cost if r.plan_cost is not None else r.total
-    if cost is not None:
-      out["budget"] = ["budget"] if cost > c["budget"] else []
+  if sub in ("one_day", "multi_day") and r.plan_cost is not None:
+    out["budget"] = ["budget"] if r.plan_cost > c["budget"] else []
   if sub == "compare" and r.recommendation:
     leg = gt.choices["legs"][r.recommendation]
     out[r.recommendation] = ((["cost"] if leg.cost > c["max_cost"] else [])
