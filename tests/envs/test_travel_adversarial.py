@@ -4,10 +4,11 @@ the evaluation's reference on the checker and never solve the task.
 Each adversary is built per test task (the first ``PER_SUBTASK`` of every subtask) from the
 expert's own calls and answer, and compared with that task's evaluation reference (the expert at
 ``env.reference_error_rate`` with the generator the evaluation uses, ``records.task_rng``) by the
-noise-free rubric judge's combined score (``rubric.combine``, as the pointwise score)."""
+noise-free rubric judge's combined score (``rubric.combine``, as the pointwise score). The
+adversaries that keep the expert's calls keep its full path credit (0.6 x 10 = 6.0), so they can
+only fall below references that score above that; every reference of these tasks does."""
 from __future__ import annotations
 
-import dataclasses
 import re
 
 import numpy as np

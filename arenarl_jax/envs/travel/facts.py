@@ -32,7 +32,9 @@ from typing import Any, Iterable, Mapping, Sequence
 
 from arenarl_jax.envs.travel import world as world_lib
 
-Figure = tuple[str, Any]  # (kind, value): price, rating, distance (m), minutes, hours, address, clock
+# (kind, value): price, rating, distance (metres), minutes, hours, address, clock; "number" on
+# a document's line.
+Figure = tuple[str, Any]
 
 _RANGE = re.compile(r"\b(\d{1,2}):(\d{2})\s?[-–]\s?(\d{1,2}):(\d{2})\b")
 CLOCK = re.compile(r"\b(\d{1,2}):(\d{2})\b")
@@ -105,13 +107,9 @@ class Service:
   minutes: float
   fares: frozenset[float]
 
-  @property
-  def cheapest(self) -> float:
-    return min(self.fares)
 
-
-_POI_LINE = re.compile(r"^(?:\d+\.\s)?(.+?) \| \w+/.+? \| rating ([\d.]+) \| open (\S+) \| (.+?) \| "
-                       r"(.+?) \| location \S+(?: \| (\d+) m away)?$")
+_POI_LINE = re.compile(r"^(?:\d+\.\s)?(.+?) \| \w+/.+? \| rating ([\d.]+) \| open (\S+) \| "
+                       r"(.+?) \| (.+?) \| location \S+(?: \| (\d+) m away)?$")
 _NAV_HEAD = re.compile(r"^Route by (\w+) in ")
 _NAV_LEG = re.compile(r"^\d+\. (.+?) -> (.+?): ([\d.]+) km, (\d+) min, ¥(\d+)$")
 _NAV_TOTAL = re.compile(r"^Total: ([\d.]+) km, (\d+) min, ¥(\d+)$")
@@ -319,7 +317,7 @@ def _joint(figs: Sequence[Figure], records: Sequence[tuple[float | None, float |
 def audit(claims: Sequence[Claim], ev: Evidence, query: str, *,
           pair: tuple[str, str] | None = None,
           plan_totals: Sequence[float] = ()) -> tuple[set[tuple], int]:
-  """(wrong facts, facts checked) of an answer's claims against this trajectory's evidence.
+  """(wrong facts, figures checked) of an answer's claims against this trajectory's evidence.
 
   ``pair``: the task's two places, which a bare mode line is about; ``plan_totals``: the costs a
   total line may state besides the route totals in the evidence (the stated plan's true cost).
@@ -330,7 +328,8 @@ def audit(claims: Sequence[Claim], ev: Evidence, query: str, *,
   checked: set[tuple] = set()
 
   def check(entity: tuple, kind: str, value: Any, ok: bool) -> None:
-    checked.add((entity, kind, value))
+    if kind != "entity":  # a place or service named is not yet a checkable figure
+      checked.add((entity, kind, value))
     if not ok:
       wrong.add((entity, kind, value))
 

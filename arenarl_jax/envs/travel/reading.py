@@ -170,7 +170,8 @@ def read(world: world_lib.World, task: base.Task, gt: truth_lib.Truth, answer: s
   other: list[str] = []
   if task.subtask == "multi_day":
     o, d = c["origin"], c["destination"]
-    out = {x.number: x for kind in ("train", "flight") for x in world.departures(kind, o, d, c["date"])}
+    out = {x.number: x for kind in ("train", "flight")
+           for x in world.departures(kind, o, d, c["date"])}
     back = {x.number: x for x in world.departures("train", d, o, c["return_date"])}
     services = {"outbound": [], "return": []}
     for number in dict.fromkeys(cl.entity[1] for cl in claims if cl.entity[0] == "service"):
