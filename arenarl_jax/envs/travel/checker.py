@@ -21,11 +21,12 @@ neutral restatements. A call *serves* the task when it is one of the needed call
                     and a total equal to the named plan's true cost
   answer.feasibility 10 - 4 x broken constraints among the answer's choices (a pick over a price,
                     rating or radius limit, a mode over a cap, a departure too early, a stated
-                    schedule that leaves before the start or arrives after the deadline, a plan
-                    over budget); 0 when the answer chooses nothing
-  answer.details    10 - 4 x wrong facts (a figure wrong for its entity, a figure naming no
-                    entity, a place or service no result names, a wrong total); at most 3 when
-                    fewer than two facts are checkable or the answer chooses nothing
+                    schedule leaving before the start or, by its leave time and the true legs,
+                    arriving after the deadline, a complete plan whose true cost is over budget);
+                    0 when the answer chooses nothing
+  answer.details    10 - 4 x wrong facts (a figure wrong for its entity, a figure on a line
+                    naming no entity, a place or service no result names, a wrong total); at most 3 when
+                    the answer states fewer than two checkable figures or chooses nothing
   answer.clarity    10; 6 for fewer than three lines; 2 under 80 characters; - 4 x places,
                     services and documents named beyond what the task asks for
 
