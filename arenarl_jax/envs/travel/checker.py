@@ -25,8 +25,9 @@ neutral restatements. A call *serves* the task when it is one of the needed call
                     arriving after the deadline, a complete plan whose true cost is over budget);
                     0 when the answer chooses nothing
   answer.details    10 - 4 x wrong facts (a figure wrong for its entity, a figure on a line
-                    naming no entity, a place or service no result names, a wrong total); at most 3 when
-                    the answer states fewer than two checkable figures or chooses nothing
+                    naming no entity, a place or service no result names, a wrong total);
+                    at most 3 when the answer states fewer than two checkable figures or
+                    chooses nothing
   answer.clarity    10; 6 for fewer than three lines; 2 under 80 characters; - 4 x places,
                     services and documents named beyond what the task asks for
 
