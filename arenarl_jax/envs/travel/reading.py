@@ -257,8 +257,9 @@ def place_breaks(r: Reading, slot: str, p: world_lib.Poi) -> list[str]:
 
 
 def plan_breaks(r: Reading) -> dict[str, list[str]]:
-  """What the answer chooses (a place, a service, a mode, the schedule, the budget) -> the
-  constraints it breaks ([] when it keeps them all). Only chosen things appear."""
+  """What the answer chooses (a place, a service, a mode, the schedule, the budget of a
+  complete plan) -> the constraints it breaks ([] when it keeps them all). Only chosen things
+  appear."""
   c, gt, sub = r.task.constraints, r.truth, r.task.subtask
   out: dict[str, list[str]] = {}
   for slot in r.slots:
