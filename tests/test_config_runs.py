@@ -106,7 +106,8 @@ def test_smollm2_travel_smoke_pipeline(tmp_path, data_dir, capsys):
   config = smoke(smollm2_travel, data_dir)
   pipeline.pipeline(config, str(tmp_path))
   result = result_of(capsys.readouterr().out)
-  assert {"win_rate_vs_sft", "win_rate_vs_reference", "valid_rate_start"} <= set(result)
+  assert {"win_rate_vs_sft", "win_rate_vs_reference", "valid_rate_start", "solved_rate",
+          "solved_diff", "met_diff_ci_low", "limit_stop_rate"} <= set(result)
   assert result["test_tasks"] == 5
   tok = policy_lib.tokenizer_for(config, str(tmp_path))
   assert tok.vocab_size == 49_152  # SmolLM2's tokenizer, saved with the run
@@ -122,6 +123,9 @@ def test_research_smoke_reports_valid_rate_before_and_after(tmp_path, data_dir, 
   result = result_of(out)
   assert 0 <= result["valid_rate"] <= 1 and 0 <= result["valid_rate_start"] <= 1
   assert result["test_tasks"] == 3  # one per kind
+  assert 0 <= result["solved_rate"] <= 1 and 0 <= result["met_rate_start"] <= 1
+  assert result["wins_vs_sft"] + result["ties_vs_sft"] + result["losses_vs_sft"] <= 3
+  assert "strict verifier" in out and "win_rate_vs_sft_conservative" in result
   summaries = read_jsonl(os.path.join(tmp_path, "eval", "summary.jsonl"))
   start = summaries[0]["generation"]["overall"]["valid_rate"]
   assert summaries[0]["step"] == 0 and result["valid_rate_start"] == pytest.approx(start, abs=1e-4)

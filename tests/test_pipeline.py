@@ -118,8 +118,8 @@ def _main(workdir, data_dir, mode):
 
 def _eval_rows(path):
   rows = [json.loads(line) for line in open(path)]
-  return rows[0], [(r["task_id"], r["tokens"], [m["outcome"] for m in r["matches"]])
-                   for r in rows[1:]]
+  return rows[0], [(r["task_id"], r["tokens"], r["solved"], r["unmet"],
+                    [m["outcome"] for m in r["matches"]]) for r in rows[1:]]
 
 
 def test_quickstart_smoke_pipeline_then_eval_reproduces_it_then_export(tmp_path):
@@ -129,6 +129,9 @@ def test_quickstart_smoke_pipeline_then_eval_reproduces_it_then_export(tmp_path)
   result = proc.stdout.strip().splitlines()[-1]
   assert result.startswith("RESULT win_rate_vs_sft=") and "ci_low=" in result
   assert "win_rate_vs_reference=" in result
+  for key in ("solved_rate", "solved_rate_start", "solved_diff_ci_low", "met_diff_ci_high",
+              "limit_stop_rate", "wins_vs_sft", "win_rate_vs_sft_conservative"):
+    assert f" {key}=" in result, key
   # The resolved config is written first, for reproducibility.
   assert json.load(open(work / "config.json"))["tournament"]["topology"] == "single_elimination"
   # The stages' outputs: SFT curve and checkpoint, RL metrics, evaluations at 0 and the end.
@@ -137,6 +140,7 @@ def test_quickstart_smoke_pipeline_then_eval_reproduces_it_then_export(tmp_path)
   rl_rows = [json.loads(line) for line in open(work / "metrics.jsonl")]
   assert [r["step"] for r in rl_rows] == [1, 2]
   for key in ("reward/mean", "advantage/zero_groups", "judge/requests", "time/judge_s",
+              "judge/unranked_trajectories", "verifier/solved_rate",
               "rollout/tool_calls_per_trajectory", "rollout/turns_mean", "loss"):
     assert key in rl_rows[-1], key
   assert sorted(os.listdir(work / "eval")) == ["eval_00000000.jsonl", "eval_00000002.jsonl",

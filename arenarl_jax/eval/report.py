@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
 import os
 from typing import Any, Mapping
 
@@ -151,6 +152,8 @@ def _cell(e, signed: bool = False) -> str:
   if e is None:
     return "-"
   f = "+.3f" if signed else ".3f"
+  if math.isnan(e.low):  # fewer than two tasks: no interval
+    return f"{e.value:{f}} [n/a]"
   return f"{e.value:{f}} [{e.low:{f}},{e.high:{f}}]"
 
 
