@@ -26,3 +26,40 @@ os.environ["JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES"] = "0"
 def pytest_sessionfinish(session, exitstatus):
   del session, exitstatus
   shutil.rmtree(_COMPILE_CACHE, ignore_errors=True)
+
+
+# ------------------------------------------------------ SmolLM2, loaded once per test run
+import functools  # noqa: E402
+
+import pytest  # noqa: E402
+
+
+@pytest.fixture(scope="session")
+def hf_smollm2():
+  """transformers' SmolLM2-135M model (float32, eval) and tokenizer, read from the embedded GGUF
+  by transformers itself: the reference of the model, sampler and tokenizer tests. Read-only.
+
+  transformers parses the file three times (config, weights, tokenizer) and rebuilds gguf's name
+  map per submodule; memoising those two pure gguf calls while loading changes no result.
+  """
+  import gguf  # pylint: disable=g-import-not-at-top
+  import torch  # pylint: disable=g-import-not-at-top
+  from transformers import AutoModelForCausalLM, AutoTokenizer  # pylint: disable=g-import-not-at-top
+  from arenarl_jax.models.embedded import find_smollm2_gguf  # pylint: disable=g-import-not-at-top
+  torch.set_num_threads(1)
+  path = find_smollm2_gguf()
+  folder, name = os.path.dirname(path), os.path.basename(path)
+  with pytest.MonkeyPatch.context() as mp:
+    mp.setattr(gguf, "GGUFReader", functools.lru_cache(gguf.GGUFReader))
+    mp.setattr(gguf, "get_tensor_name_map", functools.lru_cache(gguf.get_tensor_name_map))
+    model = AutoModelForCausalLM.from_pretrained(folder, gguf_file=name, dtype=torch.float32)
+    tokenizer = AutoTokenizer.from_pretrained(folder, gguf_file=name)
+  return model.eval(), tokenizer
+
+
+@pytest.fixture(scope="session")
+def smollm2(tmp_path_factory):
+  """Our (config, model) of the embedded SmolLM2-135M, float32; its parameter cache in the run's
+  temporary directory. Shared by every test file that only reads it: never mutate it."""
+  from arenarl_jax.models.loading import load_model  # pylint: disable=g-import-not-at-top
+  return load_model("smollm2", cache_dir=str(tmp_path_factory.mktemp("smollm2_params")))

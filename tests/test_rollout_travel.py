@@ -56,9 +56,8 @@ def test_replayed_expert_through_the_rollout_gets_the_checkers_maximum(env, tok)
   assert batch.valid_rate == 1.0
 
 
-def test_smollm2_rolls_out_on_the_travel_tools(env, tok):
-  from arenarl_jax.models.loading import load_model
-  _, model = load_model("smollm2")
+def test_smollm2_rolls_out_on_the_travel_tools(env, tok, smollm2):
+  _, model = smollm2
   sampler = Sampler(model, cache_len=1536)
   tasks = [env.tasks("test_search")[0], env.tasks("test_compare")[0]]
   sampling = SamplingSettings(temperature=0.8, max_new_tokens=24, eos_ids=(tok.eos_id,))

@@ -1,9 +1,5 @@
 """The sampler on the embedded SmolLM2-135M: greedy rows vs transformers' `generate`; log-probs vs
 a teacher-forced pass."""
-import functools
-import os
-
-import gguf
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -12,7 +8,6 @@ import torch
 from flax import nnx
 
 from arenarl_jax.models.embedded import find_smollm2_gguf
-from arenarl_jax.models.loading import load_model
 from arenarl_jax.models.logprobs import token_logprobs
 from arenarl_jax.sampling.sampler import Sampler, SamplingSettings, token_lists
 from arenarl_jax.text.tokenizer import Tokenizer
@@ -40,8 +35,8 @@ def prompts():
 
 
 @pytest.fixture(scope="module")
-def model():
-  return load_model("smollm2", use_cache=False)[1]
+def model(smollm2):
+  return smollm2[1]
 
 
 @pytest.fixture(scope="module")
@@ -53,23 +48,23 @@ def sampled(model, prompts):
   return out
 
 
-def test_greedy_rows_equal_transformers_generate(sampled, prompts):
-  path = find_smollm2_gguf()
-  torch.set_num_threads(1)
-  from transformers import AutoModelForCausalLM  # pylint: disable=import-outside-toplevel
-  with pytest.MonkeyPatch.context() as mp:  # transformers re-reads the file: memoise (pure) reads
-    mp.setattr(gguf, "GGUFReader", functools.lru_cache(gguf.GGUFReader))
-    mp.setattr(gguf, "get_tensor_name_map", functools.lru_cache(gguf.get_tensor_name_map))
-    reference = AutoModelForCausalLM.from_pretrained(
-        os.path.dirname(path), gguf_file=os.path.basename(path), dtype=torch.float32).eval()
-  reference.generation_config.eos_token_id = None  # like ours without eos_ids: EOS is a token
+def test_greedy_rows_equal_transformers_generate(sampled, prompts, hf_smollm2):
+  reference = hf_smollm2[0]
+  # Like ours without eos_ids, EOS is a token. The model is shared: its setting is put back.
+  eos = reference.generation_config.eos_token_id
+  reference.generation_config.eos_token_id = None
   ours = token_lists(sampled)
-  for b, prompt in enumerate(prompts):
-    ids = torch.tensor([prompt])
-    with torch.inference_mode():
-      want = reference.generate(ids, attention_mask=torch.ones_like(ids), do_sample=False,
-                                max_new_tokens=NEW, pad_token_id=2)
-    assert ours[2 * b] == want[0, len(prompt):].tolist(), f"prompt {b}"
+  try:
+    wants = []
+    for prompt in prompts:
+      ids = torch.tensor([prompt])
+      with torch.inference_mode():
+        wants.append(reference.generate(ids, attention_mask=torch.ones_like(ids), do_sample=False,
+                                        max_new_tokens=NEW, pad_token_id=2)[0, len(prompt):])
+  finally:
+    reference.generation_config.eos_token_id = eos
+  for b, want in enumerate(wants):
+    assert ours[2 * b] == want.tolist(), f"prompt {b}"
 
 
 def test_sampled_rows_are_real_samples(sampled):

@@ -53,13 +53,9 @@ def tok_nodigits(gguf_path, cache_dir):
 
 
 @pytest.fixture(scope="module")
-def hf_tok(gguf_path):
-  """transformers' own GGUF tokenizer path (needs torch): the reference. Loaded once (~5-10 s)."""
-  import torch  # pylint: disable=g-import-not-at-top
-  torch.set_num_threads(1)
-  from transformers import AutoTokenizer  # pylint: disable=g-import-not-at-top
-  return AutoTokenizer.from_pretrained(os.path.dirname(gguf_path),
-                                       gguf_file=os.path.basename(gguf_path))
+def hf_tok(hf_smollm2):
+  """transformers' own GGUF tokenizer (needs torch): the reference, shared with the model tests."""
+  return hf_smollm2[1]
 
 
 def _random_texts(n, seed=0):

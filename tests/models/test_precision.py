@@ -99,8 +99,8 @@ def test_bf16_cache_and_float32_gradients():
   assert all(np.isfinite(np.asarray(g)).all() for g in leaves)
 
 
-def test_bf16_compute_is_close_to_float32_on_smollm2():
-  cfg, model = loading.load_model("smollm2", use_cache=False)
+def test_bf16_compute_is_close_to_float32_on_smollm2(smollm2):
+  cfg, model = smollm2
   assert cfg.compute_dtype == "float32" and model.embed[...].dtype == jnp.float32
   _, bf16 = loading.with_compute_dtype(cfg, model, "bfloat16")
   ids = loading.load_tokenizer("smollm2").encode(TEXT)

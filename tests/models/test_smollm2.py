@@ -1,8 +1,6 @@
 """The embedded SmolLM2-135M-Instruct: logits vs transformers' own GGUF loader; greedy answer."""
 import functools
-import os
 
-import gguf
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -11,33 +9,20 @@ import torch
 from flax import nnx
 
 from arenarl_jax.models.config import PRESETS
-from arenarl_jax.models.embedded import find_smollm2_gguf
 from arenarl_jax.models.kv_cache import KVCache
-from arenarl_jax.models.loading import load_model
 
 PROMPT = "<|im_start|>user\nWhat is the capital of France?<|im_end|>\n<|im_start|>assistant\n"
 
 
 @pytest.fixture(scope="module")
-def reference():
+def reference(hf_smollm2):
   """transformers' model and tokenizer, read from the GGUF by transformers itself."""
-  from transformers import AutoModelForCausalLM, AutoTokenizer
-  path = find_smollm2_gguf()
-  folder, name = os.path.dirname(path), os.path.basename(path)
-  # transformers parses the file three times (config, weights, tokenizer) and rebuilds gguf's
-  # name map per submodule: a minute on a busy 2-core machine. Memoising those two pure gguf
-  # calls changes no result, only the time.
-  with pytest.MonkeyPatch.context() as mp:
-    mp.setattr(gguf, "GGUFReader", functools.lru_cache(gguf.GGUFReader))
-    mp.setattr(gguf, "get_tensor_name_map", functools.lru_cache(gguf.get_tensor_name_map))
-    model = AutoModelForCausalLM.from_pretrained(folder, gguf_file=name, dtype=torch.float32)
-    tokenizer = AutoTokenizer.from_pretrained(folder, gguf_file=name)
-  return model.eval(), tokenizer
+  return hf_smollm2
 
 
 @pytest.fixture(scope="module")
-def ours(tmp_path_factory):
-  return load_model("smollm2", cache_dir=str(tmp_path_factory.mktemp("params")))
+def ours(smollm2):
+  return smollm2
 
 
 @pytest.fixture(scope="module")
