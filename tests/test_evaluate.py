@@ -218,6 +218,8 @@ def test_settings_and_config_keys():
     evaluate.EvalSettings.from_config({"tasks_per_subtaks": 3})
   with pytest.raises(ValueError, match="eval.interval"):
     evaluate.EvalSettings(interval="wilson")
+  with pytest.raises(ValueError, match="eval.split"):
+    evaluate.EvalSettings(split="train")
   every = evaluate.EvalSettings(every_steps=4)
   assert [k for k in range(11) if every.is_due(k, 10)] == [0, 4, 8, 10]
   assert [k for k in range(11) if s.is_due(k, 10)] == [0, 10]

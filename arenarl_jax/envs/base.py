@@ -134,7 +134,8 @@ class Environment(Protocol):
   subtasks: tuple[str, ...]
 
   def tasks(self, split: str) -> list[Task]:
-    """``"train"``, ``"sft"`` or ``"test_<subtask>"``; deterministic from the seed."""
+    """``"train"``, ``"sft"``, ``"test_<subtask>"`` or ``"valid_<subtask>"`` (validation tasks,
+    disjoint from train and test, for choosing settings); deterministic from the seed."""
     ...
 
   def tool_source(self) -> ToolSource:

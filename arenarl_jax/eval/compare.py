@@ -189,10 +189,11 @@ def win_rate(policy: Sequence[types.Trajectory], opponent: Sequence[types.Trajec
 
 # --------------------------------------------------------------------------------- references
 def eval_tasks(env: base.Environment, settings: EvalSettings = EvalSettings()) -> list[base.Task]:
-  """The first ``tasks_per_subtask`` tasks (0 = all) of each ``test_<subtask>`` split."""
+  """The first ``tasks_per_subtask`` tasks (0 = all) of each ``<eval.split>_<subtask>`` split
+  (``test_<subtask>`` by default)."""
   out = []
   for subtask in env.subtasks:
-    tasks = env.tasks(records.TEST_PREFIX + subtask)
+    tasks = env.tasks(f"{settings.split}_{subtask}")
     out += tasks[:settings.tasks_per_subtask] if settings.tasks_per_subtask else tasks
   return out
 

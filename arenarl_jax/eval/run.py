@@ -4,7 +4,8 @@
     sft_rows = ev.rollouts(sft_params)                 # the starting policy, once
     report = ev.evaluate(params, step, second=sft_rows)  # vs references and vs the SFT policy
 
-The test tasks are the first ``eval.tasks_per_subtask`` of every ``test_<subtask>`` split; the
+The tasks are the first ``eval.tasks_per_subtask`` of every ``test_<subtask>`` split (or, with
+``eval.split=valid`` while choosing settings, of every ``valid_<subtask>`` split); the
 references are the environment's expert at ``env.reference_error_rate`` (the test split's
 references). The judge is the rubric judge WITHOUT noise (the environment's checker), whatever
 judge trained the policy: the training judge's noise is part of the experiment, the measurement
@@ -51,7 +52,7 @@ class Evaluator:
     self.settings = evaluate_lib.EvalSettings.from_config(config.eval)
     self.tasks = evaluate_lib.eval_tasks(env, self.settings)
     if not self.tasks:
-      raise ValueError(f"eval: environment {env.name!r} has no test tasks")
+      raise ValueError(f"eval: environment {env.name!r} has no {self.settings.split} tasks")
     self.references = evaluate_lib.reference_trajectories(env, self.tasks)
     self.judge = checker_judge(env, self.settings.seed)
     self.sampler = make_sampler(config, policy.model)

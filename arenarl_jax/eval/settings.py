@@ -11,6 +11,7 @@ from typing import Any
 from arenarl_jax.settings import settings_from_config
 
 INTERVALS = ("bootstrap", "t")
+SPLITS = ("test", "valid")  # eval.split: the held-out tasks, or the validation tasks
 STRIP_MODES = ("auto", "always", "never")
 REFERENCE = "reference"  # the report's name for the test split's references
 
@@ -19,7 +20,9 @@ REFERENCE = "reference"  # the report's name for the test split's references
 class EvalSettings:
   """The ``eval.*`` config section."""
 
-  tasks_per_subtask: int = 0  # test tasks per subtask (the first ones of each split); 0 = all
+  # "valid" while choosing settings; "test" (the default) once, for the final table.
+  split: str = "test"
+  tasks_per_subtask: int = 0  # tasks per subtask (the first ones of each split); 0 = all
   every_steps: int = 0  # evaluate at step 0, every this many RL steps and at the end; 0 = no middle
   group_size: int = 1  # trajectories per test task (row 0 is the greedy anchor)
   greedy: bool = True  # every row greedy (temperature 0); False: rows > 0 use sampling.*
@@ -35,6 +38,8 @@ class EvalSettings:
         raise ValueError(f"eval.{name} must be >= 0, got {getattr(self, name)}")
     if self.group_size < 1:
       raise ValueError(f"eval.group_size must be >= 1, got {self.group_size}")
+    if self.split not in SPLITS:
+      raise ValueError(f"eval.split must be one of {SPLITS}, got {self.split!r}")
     if self.interval not in INTERVALS:
       raise ValueError(f"eval.interval must be one of {INTERVALS}, got {self.interval!r}")
     if self.bootstrap_samples < 100:

@@ -8,7 +8,8 @@ should state: sentences from the visible part of each page (what ``open_page`` s
 the few distinctive terms that mark it as covered.
 
 Splits are disjoint: modules are partitioned by the seed into training and test modules, and no
-(kind, pages) combination appears twice across ``train``, ``sft`` and ``test_<kind>``. Ids are
+(kind, pages) combination appears twice across ``train``, ``sft``, ``test_<kind>`` and
+``valid_<kind>`` (validation tasks, from the test modules, for choosing settings). Ids are
 ``research/<kind>/<6 digits>``, numbered per kind across splits in that order.
 """
 from __future__ import annotations
@@ -26,7 +27,7 @@ from arenarl_jax.envs.research import search
 
 ENV_NAME = "research"
 KINDS = ("technical_writing", "ideation", "explanation")
-SPLIT_SIZES = {"train": 200, "sft": 100, "test": 40}  # per kind
+SPLIT_SIZES = {"train": 200, "sft": 100, "test": 40, "valid": 40}  # per kind
 TEST_MODULE_SHARE = 0.25
 WRITING_SECTIONS = ("Overview", "Usage", "Caveats")
 MIN_IDEAS = 3
@@ -174,7 +175,10 @@ def make_task(kind: str, number: int, pages: Sequence[corpus_lib.Page], template
 
 def generate_tasks(corpus: corpus_lib.Corpus, seed: int,
                    sizes: Mapping[str, int] = SPLIT_SIZES) -> dict[str, list[base.Task]]:
-  """All splits: ``train``, ``sft`` and ``test_<kind>``; deterministic from the seed."""
+  """All splits: ``train``, ``sft``, ``test_<kind>`` and ``valid_<kind>``; deterministic from the
+  seed. Validation tasks come from the test pool (the held-out modules, so they measure what the
+  test does), are drawn after the test tasks (whose ids and contents they leave as they were)
+  and share no page combination with any other task."""
   facts = FactIndex(corpus)
   held_out = test_modules(corpus, seed)
   pools = {"train": _candidates(corpus, facts, None, held_out),
@@ -183,12 +187,13 @@ def generate_tasks(corpus: corpus_lib.Corpus, seed: int,
   for k, kind in enumerate(KINDS):
     seen: set[tuple[str, ...]] = set()
     number = 0
-    for split, pool_name in (("train", "train"), ("sft", "train"), ("test", "test")):
+    for split, pool_name in (("train", "train"), ("sft", "train"), ("test", "test"),
+                             ("valid", "test")):
       pool = pools[pool_name]
       modules = sorted(pool)
       weights = np.array([len(pool[m]) for m in modules], np.float64)
-      rng = np.random.default_rng([seed, k, ("train", "sft", "test").index(split)])
-      out = splits.setdefault(split if split != "test" else f"test_{kind}", [])
+      rng = np.random.default_rng([seed, k, ("train", "sft", "test", "valid").index(split)])
+      out = splits.setdefault(split if split in ("train", "sft") else f"{split}_{kind}", [])
       made, attempts = 0, 0
       while made < sizes[split]:
         attempts += 1

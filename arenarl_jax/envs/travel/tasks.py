@@ -13,6 +13,9 @@ policies). Tasks are drawn from ``np.random.default_rng([seed, subtask, index])`
 their ground truth is unambiguous and has a constraint-breaking alternative (the expert's
 ``break_constraint`` errors need one); train indices are ``0..TRAIN_PER_SUBTASK-1``, test indices
 start at ``TEST_OFFSET`` and test tasks whose constraints equal a train task's are skipped.
+Validation tasks (``valid_<subtask>``, as many as the test split has, for choosing settings so
+that the test tasks are used once) start at ``VALID_OFFSET`` and skip any task whose constraints
+equal a train or test task's; adding them changed no test task.
 """
 from __future__ import annotations
 
@@ -32,6 +35,7 @@ SFT_EXCLUDED = ("multi_day",)  # held out of SFT data as a generalization test
 TRAIN_PER_SUBTASK = env_settings.TravelSettings.train_per_subtask  # env.travel's defaults
 TEST_PER_SUBTASK = env_settings.TravelSettings.test_per_subtask
 TEST_OFFSET = 900000
+VALID_OFFSET = 800000
 ENV_NAME = "travel"
 
 
@@ -244,7 +248,8 @@ def _key(task: base.Task) -> str:
 
 def make_split(seed: int, split: str, train_per_subtask: int = TRAIN_PER_SUBTASK,
                test_per_subtask: int = TEST_PER_SUBTASK) -> tuple[base.Task, ...]:
-  """``train`` (all subtasks), ``sft`` (train without M-Day) or ``test_<subtask>``; cached."""
+  """``train`` (all subtasks), ``sft`` (train without M-Day), ``test_<subtask>`` or
+  ``valid_<subtask>``; cached."""
   return _split(int(seed), split, int(train_per_subtask), int(test_per_subtask))
 
 
@@ -259,18 +264,22 @@ def _split(seed: int, split: str, train_per_subtask: int,
                 for k in range(train_per_subtask))
     _BY_ID.update(((seed, t.id), t) for t in out)
     return out
-  sub = split[len("test_"):] if split.startswith("test_") else None
-  if sub not in SUBTASKS:
-    raise ValueError(f"unknown split {split!r}; expected train, sft or test_<subtask> with "
-                     f"subtask in {SUBTASKS}")
-  train = {_key(t) for t in _split(seed, "train", train_per_subtask, test_per_subtask)
+  kind, _, sub = split.partition("_")
+  if kind not in ("test", "valid") or sub not in SUBTASKS:
+    raise ValueError(f"unknown split {split!r}; expected train, sft, test_<subtask> or "
+                     f"valid_<subtask> with subtask in {SUBTASKS}")
+  taken = {_key(t) for t in _split(seed, "train", train_per_subtask, test_per_subtask)
            if t.subtask == sub}
+  if kind == "valid":
+    taken |= {_key(t) for t in _split(seed, f"test_{sub}", train_per_subtask, test_per_subtask)}
   out: list[base.Task] = []
-  index = TEST_OFFSET
+  index = TEST_OFFSET if kind == "test" else VALID_OFFSET
   while len(out) < test_per_subtask:
     task = make_task.__wrapped__(seed, sub, index)
-    if _key(task) not in train:
+    if _key(task) not in taken:
       out.append(task)
+      if kind == "valid":  # no two validation tasks alike (the test split keeps its own rule)
+        taken.add(_key(task))
     index += 1
   _BY_ID.update(((seed, t.id), t) for t in out)
   return tuple(out)
