@@ -63,3 +63,10 @@ def smollm2(tmp_path_factory):
   temporary directory. Shared by every test file that only reads it: never mutate it."""
   from arenarl_jax.models.loading import load_model  # pylint: disable=g-import-not-at-top
   return load_model("smollm2", cache_dir=str(tmp_path_factory.mktemp("smollm2_params")))
+
+
+@pytest.fixture(scope="session")
+def dataset_dir(tmp_path_factory):
+  """One ``data.dir`` for every pipeline the tests run: each environment's dataset (a pure
+  function of its config) is built once per run instead of once per test."""
+  return str(tmp_path_factory.mktemp("datasets"))

@@ -33,9 +33,9 @@ import smollm2_travel  # noqa: E402  pylint: disable=g-import-not-at-top,wrong-i
 
 
 @pytest.fixture(scope="module")
-def data_dir(tmp_path_factory):
-  """One dataset cache for the module's runs (each environment's dataset is built once)."""
-  return str(tmp_path_factory.mktemp("datasets"))
+def data_dir(dataset_dir):
+  """The run's dataset cache (each environment's dataset is built once)."""
+  return dataset_dir
 
 
 def smoke(module, data, **overrides):

@@ -122,8 +122,8 @@ def _eval_rows(path):
                     [m["outcome"] for m in r["matches"]]) for r in rows[1:]]
 
 
-def test_quickstart_smoke_pipeline_then_eval_reproduces_it_then_export(tmp_path):
-  work, data = tmp_path / "run", tmp_path / "data"
+def test_quickstart_smoke_pipeline_then_eval_reproduces_it_then_export(tmp_path, dataset_dir):
+  work, data = tmp_path / "run", dataset_dir
   proc = _main(work, data, "pipeline")
   assert proc.returncode == 0, proc.stderr[-3000:]
   result = proc.stdout.strip().splitlines()[-1]
