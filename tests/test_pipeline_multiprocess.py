@@ -169,9 +169,9 @@ def _groups(path):
   return json.load(open(path, encoding="utf-8"))
 
 
-def test_two_processes_sample_their_own_groups_and_end_like_one_process(tmp_path):
+def test_two_processes_sample_their_own_groups_and_end_like_one_process(tmp_path, dataset_dir):
   from arenarl_jax.data import builder  # pylint: disable=import-outside-toplevel
-  data = tmp_path / "data"
+  data = dataset_dir  # the run's shared datasets: built here only if no earlier test built it
   config = pipeline_run.make_config(str(data), overrides=OVERRIDES)
   builder.build(builder.make_source_config(config), str(data))  # once, before the runs read it
   port = _free_port()
