@@ -20,7 +20,8 @@ def test_registered_and_built_from_the_registry(cache_dir, env):
 
 
 def test_splits_and_errors(env):
-  assert {s for s in ("train", "sft", *(f"test_{k}" for k in env.subtasks))} == set(env._splits)
+  assert {s for s in ("train", "sft", *(f"{split}_{k}" for k in env.subtasks
+                                        for split in ("test", "valid")))} == set(env._splits)
   with pytest.raises(ValueError, match="unknown split 'test'"):
     env.tasks("test")
   t = env.tasks("sft")[5]

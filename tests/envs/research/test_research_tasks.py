@@ -7,7 +7,7 @@ from arenarl_jax.envs.research import search, tasks
 
 
 def _all(env):
-  names = ["train", "sft"] + [f"test_{k}" for k in tasks.KINDS]
+  names = ["train", "sft"] + [f"{s}_{k}" for s in ("test", "valid") for k in tasks.KINDS]
   return {split: env.tasks(split) for split in names}
 
 
@@ -19,8 +19,8 @@ def test_sizes_ids_and_kinds(env):
     for t in ts:
       assert re.fullmatch(r"research/(technical_writing|ideation|explanation)/\d{6}", t.id)
       assert t.id.split("/")[1] == t.subtask and t.env == "research"
-      if split.startswith("test_"):
-        assert t.subtask == split[len("test_"):]
+      if split.startswith(("test_", "valid_")):
+        assert t.subtask == split.split("_", 1)[1]
   assert {t.subtask for t in splits["train"]} == set(tasks.KINDS)
 
 
@@ -33,7 +33,9 @@ def test_splits_are_disjoint(env, corpus):
   held_out = tasks.test_modules(corpus, env.seed)
   for split, ts in splits.items():
     for t in ts:
-      assert (t.constraints["module"] in held_out) == split.startswith("test_"), (split, t.id)
+      # Validation tasks come from the held-out modules too: they measure what the test does.
+      assert (t.constraints["module"] in held_out) == split.startswith(("test_", "valid_")), (
+          split, t.id)
 
 
 def test_deterministic_from_the_seed(env, corpus):
