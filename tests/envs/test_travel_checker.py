@@ -8,36 +8,19 @@ import re
 import numpy as np
 import pytest
 
-from arenarl_jax.text import messages
 from arenarl_jax import tournament
 from arenarl_jax import types
-from arenarl_jax.envs import base
 from arenarl_jax.envs.travel import checker as checker_lib
 from arenarl_jax.envs.travel import expert as expert_lib
 from arenarl_jax.judges import rubric as rubric_lib
 from arenarl_jax.judges import rubric_judge
+from travel_expert import env, expert_trajectory, tests_by_subtask  # noqa: F401  (fixtures)
 
-SEED = 0
 # The docstring table of checker.py: (section, dimension) each error kind lowers.
 LOWERS = {"skip_tool": {("path", "breadth"), ("answer", "relevance")},
           "break_constraint": {("answer", "feasibility")},
           "unsupported_fact": {("answer", "details")},
           "redundant_call": {("path", "relevance")}}
-
-
-@pytest.fixture(scope="module")
-def env():
-  return base.make_environment("travel", seed=SEED)
-
-
-@pytest.fixture(scope="module")
-def tests_by_subtask(env):
-  return {s: env.tasks(f"test_{s}") for s in env.subtasks}
-
-
-def _traj(env, task, rate, rng, **kw):
-  msgs = env.expert(task, rate, rng, **kw)
-  return messages.trajectory_from_messages(msgs, metadata={"task_id": task.id})
 
 
 def _combined(scores):
@@ -60,14 +43,14 @@ def test_docstring_table_names_every_kind():
 def test_expert_without_errors_gets_the_maximum(env, tests_by_subtask):
   for sub, tasks in tests_by_subtask.items():
     for k, task in enumerate(tasks[:10]):
-      scores = env.checker(_traj(env, task, 0.0, k))
+      scores = env.checker(expert_trajectory(env, task, 0.0, k))
       assert all(v == 10 for sec in scores.values() for v in sec.values()), (task.id, scores)
 
 
 def test_mean_score_falls_strictly_with_the_error_rate(env):
   tasks = env.tasks("train")[::6][:200]
   assert len(tasks) == 200 and {t.subtask for t in tasks} == set(env.subtasks)
-  means = [np.mean([_combined(env.checker(_traj(env, t, rate, k))) for k, t in enumerate(tasks)])
+  means = [np.mean([_combined(env.checker(expert_trajectory(env, t, rate, k))) for k, t in enumerate(tasks)])
            for rate in (0.0, 0.2, 0.5)]
   assert means[0] == 10.0 and means[0] > means[1] > means[2], means
 
@@ -76,7 +59,7 @@ def test_each_error_kind_lowers_exactly_its_dimensions(env, tests_by_subtask):
   for sub, tasks in tests_by_subtask.items():
     for k, task in enumerate(tasks[:6]):
       for kind in expert_lib.KINDS:
-        scores = env.checker(_traj(env, task, 1.0, k, kinds=(kind,)))
+        scores = env.checker(expert_trajectory(env, task, 1.0, k, kinds=(kind,)))
         lowered = {(s, d) for s, sec in scores.items() for d, v in sec.items() if v < 10}
         assert lowered == LOWERS[kind], (task.id, kind, scores)
         for s, d in lowered:  # one or two sites, each one step
@@ -99,7 +82,7 @@ def test_nested_errors(env):
 
 def test_empty_answer_scores_at_most_one(env, tests_by_subtask):
   for sub, tasks in tests_by_subtask.items():
-    traj = _with_answer(_traj(env, tasks[0], 0.0, 0), "   ")
+    traj = _with_answer(expert_trajectory(env, tasks[0], 0.0, 0), "   ")
     scores = env.checker(traj)
     assert all(v <= 1 for v in scores["answer"].values()), (sub, scores)
   # A trajectory that never answers (the last step still calls tools) has no answer either.
@@ -111,7 +94,7 @@ def test_empty_answer_scores_at_most_one(env, tests_by_subtask):
 
 def test_one_invented_price_loses_on_details(env, tests_by_subtask):
   for sub, tasks in tests_by_subtask.items():
-    traj = _traj(env, tasks[1], 0.0, 1)
+    traj = expert_trajectory(env, tasks[1], 0.0, 1)
     answer = traj.final_answer
     results = "\n".join(r for s in traj.steps for r in s.tool_results)
     m = next(m for m in re.finditer(r"¥(\d+)", answer)
@@ -127,7 +110,7 @@ def test_one_invented_price_loses_on_details(env, tests_by_subtask):
 
 def test_path_counts_failed_unrelated_and_repeated_calls(env, tests_by_subtask):
   task = tests_by_subtask["compare"][0]
-  good = _traj(env, task, 0.0, 0)
+  good = expert_trajectory(env, task, 0.0, 0)
   src = env.tool_source()
   bad_call = types.ToolCall("search_poi", {"city": "Atlantis", "keyword": "x"})
   other = types.ToolCall("universal_search", {"query": "Flight baggage policy"})
@@ -157,7 +140,7 @@ def test_round_robin_ranks_nested_experts_in_order(env):
   for k, task in enumerate(env.tasks("train")[::5]):
     if len({expert_lib.draw_errors(r, k) for r in rates}) < len(rates):
       continue  # the issue counts groups whose error sets are distinct
-    groups.append([_traj(env, task, r, k) for r in rates])
+    groups.append([expert_trajectory(env, task, r, k) for r in rates])
   assert len(groups) >= 150
   judge = rubric_judge.RubricJudge(env.checker, "travel")
   results = tournament.rank(groups, judge, "round_robin", 0)
@@ -167,7 +150,7 @@ def test_round_robin_ranks_nested_experts_in_order(env):
 
 def test_invented_places_and_services_are_unsupported(env, tests_by_subtask):
   task = tests_by_subtask["multi_day"][2]
-  traj = _traj(env, task, 0.0, 2)
+  traj = expert_trajectory(env, task, 0.0, 2)
   answer = traj.final_answer
   number = re.search(r"Outbound: \w+ (\w+),", answer).group(1)
   fake_number = number[:-1] + str((int(number[-1]) + 2) % 10)  # same direction parity
@@ -202,7 +185,7 @@ def test_checks_facts_per_entity_and_needs_the_answering_fact(env, tests_by_subt
   covered by the fact that answers it (not its words), nothing stated earns no feasibility or
   details, and a truncated turn is no answer."""
   search = tests_by_subtask["search"][3]
-  good = _traj(env, search, 0.0, 3)
+  good = expert_trajectory(env, search, 0.0, 3)
   answer = good.final_answer
   land = env.world.poi(search.constraints["city"], search.constraints["landmark"])
   other = next(p for p in env.world.pois[land.city] if p.address != land.address)
@@ -232,7 +215,7 @@ def test_checks_facts_per_entity_and_needs_the_answering_fact(env, tests_by_subt
 def test_naming_every_candidate_chooses_none(env, tests_by_subtask):
   """Copying the search result (every candidate, the violators too) is not a choice."""
   task = tests_by_subtask["search"][0]
-  good = _traj(env, task, 0.0, 0)
+  good = expert_trajectory(env, task, 0.0, 0)
   results = "\n".join(r for s in good.steps for r in s.tool_results)
   scores = env.checker(_with_answer(good, results))["answer"]
   assert scores["feasibility"] == 0 and scores["details"] <= 3 and scores["clarity"] == 0, scores

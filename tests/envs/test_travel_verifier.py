@@ -12,29 +12,13 @@ from arenarl_jax import types
 from arenarl_jax.envs import base
 from arenarl_jax.envs.travel import expert as expert_lib
 from arenarl_jax.envs.travel import truth as truth_lib
-from arenarl_jax.text import messages
+from travel_expert import env, expert_trajectory, tests_by_subtask  # noqa: F401  (fixtures)
 
-SEED = 0
 PER_SUBTASK = 6  # tasks per subtask for the per-site checks
 # Requirement families each error kind may leave unmet (redundant_call is a path-only flaw).
 FAMILIES = {"skip_tool": ("fact:",),
             "break_constraint": ("constraint:", "schedule", "recommendation"),
             "unsupported_fact": ("fact:", "facts_supported")}
-
-
-@pytest.fixture(scope="module")
-def env():
-  return base.make_environment("travel", seed=SEED)
-
-
-@pytest.fixture(scope="module")
-def tests_by_subtask(env):
-  return {s: env.tasks(f"test_{s}") for s in env.subtasks}
-
-
-def _traj(env, task, rate, rng, **kw):
-  msgs = env.expert(task, rate, rng, **kw)
-  return messages.trajectory_from_messages(msgs, metadata={"task_id": task.id})
 
 
 def _single_site_seed(kind: str, site: int) -> int:
@@ -61,7 +45,7 @@ def test_expert_without_errors_solves_every_test_task(env, tests_by_subtask):
   for sub, tasks in tests_by_subtask.items():
     assert len(tasks) == 50
     for k, task in enumerate(tasks):
-      v = env.verify(_traj(env, task, 0.0, k))
+      v = env.verify(expert_trajectory(env, task, 0.0, k))
       assert v.solved and v.met == v.total > 5, (task.id, v)
 
 
@@ -72,7 +56,7 @@ def test_each_error_site_alone_unsolves_where_it_touches_a_requirement(env, test
       totals = set()
       for kind in expert_lib.KINDS:
         for site in range(expert_lib.SITES_PER_KIND):
-          v = env.verify(_traj(env, task, 0.5, _single_site_seed(kind, site), kinds=(kind,)))
+          v = env.verify(expert_trajectory(env, task, 0.5, _single_site_seed(kind, site), kinds=(kind,)))
           _consistent(v)
           totals.add(v.total)
           if kind == "redundant_call" or not _realised(env, task, kind, site):
@@ -89,15 +73,15 @@ def test_every_kind_at_rate_one_unsolves(env, tests_by_subtask):
   for sub, tasks in tests_by_subtask.items():
     for k, task in enumerate(tasks[:PER_SUBTASK]):
       for kind in FAMILIES:
-        v = env.verify(_traj(env, task, 1.0, k, kinds=(kind,)))
+        v = env.verify(expert_trajectory(env, task, 1.0, k, kinds=(kind,)))
         assert not v.solved and all(u.startswith(FAMILIES[kind]) for u in v.unmet), (
             task.id, kind, v)
-      assert env.verify(_traj(env, task, 1.0, k, kinds=("redundant_call",))).solved
+      assert env.verify(expert_trajectory(env, task, 1.0, k, kinds=("redundant_call",))).solved
 
 
 def test_unfinished_trajectories_meet_nothing(env, tests_by_subtask):
   for sub, tasks in tests_by_subtask.items():
-    good = _traj(env, tasks[0], 0.0, 0)
+    good = expert_trajectory(env, tasks[0], 0.0, 0)
     total = env.verify(good).total
     for reason in ("length", "max_turns", "invalid", "error"):
       v = env.verify(dataclasses.replace(good, finish_reason=reason))
@@ -112,7 +96,7 @@ def test_unfinished_trajectories_meet_nothing(env, tests_by_subtask):
 
 def test_memorised_and_misattributed_facts_do_not_solve(env, tests_by_subtask):
   for sub, tasks in tests_by_subtask.items():
-    good = _traj(env, tasks[1], 0.0, 1)
+    good = expert_trajectory(env, tasks[1], 0.0, 1)
     # The same answer without the calls that support it: every fact is memorised.
     v = env.verify(dataclasses.replace(good, steps=good.steps[-1:]))
     _consistent(v)
@@ -120,7 +104,7 @@ def test_memorised_and_misattributed_facts_do_not_solve(env, tests_by_subtask):
   # Two picks' prices swapped: each price is in a result, but for the other place.
   swapped = 0
   for k, task in enumerate(tests_by_subtask["search"][:PER_SUBTASK]):
-    good = _traj(env, task, 0.0, k)
+    good = expert_trajectory(env, task, 0.0, k)
     lines = good.final_answer.splitlines()
     prices = [re.search(r"¥(\d+) ", x) for x in lines[1:3]]
     if None in prices or prices[0][1] == prices[1][1]:
@@ -137,6 +121,6 @@ def test_memorised_and_misattributed_facts_do_not_solve(env, tests_by_subtask):
 
 
 def test_needs_a_task_id(env, tests_by_subtask):
-  good = _traj(env, tests_by_subtask["compare"][0], 0.0, 0)
+  good = expert_trajectory(env, tests_by_subtask["compare"][0], 0.0, 0)
   with pytest.raises(ValueError, match="task_id"):
     env.verify(dataclasses.replace(good, metadata={}))
