@@ -8,7 +8,7 @@ A variant is ``token_logprobs``' per-chunk checkpoint (``ckpt``: on, the default
 times a ``model.remat`` policy. Each variant runs in a fresh subprocess (so none inherits another's
 allocator high-water mark): it loads the model, compiles ``jax.value_and_grad`` of the mean
 log-prob, reads XLA's memory analysis of the compiled program (temporaries + arguments), runs it
-once and reads the process's real peak RSS (``ru_maxrss``; it includes the model load and the
+once and reads the process's real peak RSS (``VmHWM``; it includes the model load and the
 runtime). ``peak_rss_gb`` is the training default (checkpointed chunks, ``remat.TRAINING_DEFAULT``),
 ``baseline_peak_rss_gb`` is no chunk checkpoint and no remat.
 
@@ -61,6 +61,20 @@ def mean_logp_fn(graphdef, tokens_NT, *, chunk: int, ckpt: bool, policy: str):
   return loss
 
 
+def peak_rss_gb() -> float:
+  """This process's peak resident memory in GiB: Linux's ``VmHWM`` (the high-water mark of this
+  address space, so not the parent's pages a fork-and-exec may carry into ``ru_maxrss``), else
+  ``ru_maxrss``."""
+  try:
+    with open("/proc/self/status", encoding="ascii") as f:
+      for line in f:
+        if line.startswith("VmHWM:"):
+          return int(line.split()[1]) / 2**20  # kB
+  except OSError:
+    pass
+  return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20
+
+
 def run_variant(args) -> dict:
   """In the child process: compile, analyse and run one variant; returns its numbers."""
   ckpt, policy = parse_variant(args.child)
@@ -73,7 +87,7 @@ def run_variant(args) -> dict:
     model = make_model(cfg, seed=0)
   graphdef, state = nnx.split(model)
   del model
-  rss_loaded = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20
+  rss_loaded = peak_rss_gb()
   tokens = np.random.default_rng(0).integers(0, cfg.vocab_size, (args.batch, args.tokens))
   tokens_NT = jnp.asarray(tokens, jnp.int32)
   fn = jax.jit(jax.value_and_grad(mean_logp_fn(graphdef, tokens_NT, chunk=args.chunk, ckpt=ckpt,
@@ -84,7 +98,7 @@ def run_variant(args) -> dict:
   jax.block_until_ready(grads)
   return {"variant": args.child, "xla_temp_gb": stats.temp_size_in_bytes / 1e9,
           "xla_args_gb": stats.argument_size_in_bytes / 1e9,
-          "peak_rss_gb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20,
+          "peak_rss_gb": peak_rss_gb(),
           "rss_after_load_gb": rss_loaded, "value": float(value),
           "seconds": time.perf_counter() - start}
 
