@@ -168,6 +168,22 @@ def make_base_config() -> ml_collections.ConfigDict:
   return c
 
 
+def load_config_file(spec: str) -> ml_collections.ConfigDict:
+  """The config of ``path[:arg]`` (as ``--config=`` takes it): the file's ``get_config(arg)``."""
+  import importlib.util  # pylint: disable=g-import-not-at-top
+  import os  # pylint: disable=g-import-not-at-top
+  path, _, arg = spec.partition(":")
+  if not os.path.isfile(path):
+    raise FileNotFoundError(f"config file {path!r} does not exist")
+  module_spec = importlib.util.spec_from_file_location(
+      "config_" + os.path.basename(path)[:-3], path)
+  module = importlib.util.module_from_spec(module_spec)
+  module_spec.loader.exec_module(module)
+  if not hasattr(module, "get_config"):
+    raise ValueError(f"config file {path!r} defines no get_config(arg)")
+  return module.get_config(arg or None)
+
+
 def parse_arg(arg: str | None, defaults: dict[str, Any]) -> ml_collections.ConfigDict:
   """Parses a big_vision-style ``key=value,flag`` string against typed defaults.
 

@@ -53,7 +53,10 @@ def get_config(arg=None):
 
   c.sampling.group_size = args.group_size
   c.sampling.temperature = 0.8
-  c.sampling.max_new_tokens = 192
+  # Limits from the data (python -m arenarl_jax.data.budgets, tests/data/test_budgets.py): the
+  # expert's 99th-percentile turn is 280 tokens (one_day), its most tool turns 2, its longest
+  # conversation 2,876 tokens (multi_day), all on validation tasks in this tokenizer.
+  c.sampling.max_new_tokens = 288
   c.sampling.max_turns = 2
   c.sampling.cache_len = 3072
   c.rl.prompts_per_step = 4

@@ -46,7 +46,9 @@ def get_config(arg=None):
 
   c.sampling.group_size = args.group_size
   c.sampling.temperature = 0.8
-  c.sampling.max_new_tokens = 256
+  # Limits from the data (python -m arenarl_jax.data.budgets): the expert's 99th-percentile
+  # turn is 457 tokens (technical_writing), its longest conversation 4,048 tokens.
+  c.sampling.max_new_tokens = 464
   c.sampling.max_turns = 3  # search, open pages, write
   c.sampling.cache_len = 4096
   c.rl.prompts_per_step = 4
