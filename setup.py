@@ -38,7 +38,8 @@ setuptools.setup(
     ],
     extras_require={
         # torch + accelerate are only the reference implementation in tests and benchmarks.
-        "test": ["pytest>=8", "chex>=0.1.87", "torch==2.13.0", "accelerate>=1.0", "psutil>=5.9"],
+        "test": ["pytest>=8", "chex>=0.1.87", "torch==2.13.0", "accelerate>=1.0", "psutil>=5.9",
+                 "pytest-xdist>=3.5"],
     },
     entry_points={"console_scripts": ["arenarl=arenarl_jax.main:run"]},
 )

@@ -43,8 +43,7 @@ class MetricsWriter:
       self._jsonl.writelines(kept)
       self._jsonl.flush()
     if tensorboard:
-      from tensorboardX import SummaryWriter  # flax.metrics.tensorboard would import TensorFlow
-      self._tb = SummaryWriter(os.path.join(workdir, "tb"), purge_step=resume_step + 1)
+      self._tb = _summary_writer()(os.path.join(workdir, "tb"), purge_step=resume_step + 1)
 
   def write(self, step: int, metrics: Mapping[str, Any]) -> dict[str, float | int]:
     """Logs one step (device arrays are fetched here); returns the host scalars."""
@@ -83,3 +82,20 @@ def progress(total: int, *, desc: str, initial: int = 0, enabled: bool | None = 
   enabled = jax.process_index() == 0 if enabled is None else enabled
   return tqdm(total=total, initial=initial, desc=desc, disable=not enabled, file=sys.stderr,
               dynamic_ncols=True, leave=True)
+
+
+def _summary_writer():
+  """tensorboardX's SummaryWriter (flax.metrics.tensorboard would import TensorFlow).
+
+  tensorboardX imports torch, when installed, only to accept torch tensors, which this module
+  never passes; that import alone takes seconds on a small CPU, in every run. It is skipped unless
+  torch is already loaded; a later ``import torch`` works as usual."""
+  if "torch" in sys.modules:
+    from tensorboardX import SummaryWriter  # pylint: disable=g-import-not-at-top
+    return SummaryWriter
+  sys.modules["torch"] = None  # makes tensorboardX's guarded `import torch` fail fast
+  try:
+    from tensorboardX import SummaryWriter  # pylint: disable=g-import-not-at-top
+  finally:
+    del sys.modules["torch"]
+  return SummaryWriter

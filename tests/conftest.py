@@ -16,16 +16,43 @@ import jax  # noqa: E402,F401  (imported before the cache variables below: this 
 # One persistent compilation cache per test run, for the subprocesses only (pipelines, config
 # smoke runs, multi-process and fresh-interpreter tests): they compile the same small programs,
 # and each finds what an earlier one compiled. This process has already read its jax config, so
-# its compile counts stay exact. The run creates the directory and removes it at the end.
-_COMPILE_CACHE = tempfile.mkdtemp(prefix="arenarl_test_jax_cache_")
-os.environ["JAX_COMPILATION_CACHE_DIR"] = _COMPILE_CACHE
+# its compile counts stay exact. The run's first process (pytest itself, or the controller of
+# pytest-xdist's workers, which inherit its environment) creates the directory and removes it
+# at the end.
+_CACHE_VAR = "ARENARL_TEST_COMPILE_CACHE"
+_OWNS_CACHE = _CACHE_VAR not in os.environ
+if _OWNS_CACHE:
+  os.environ[_CACHE_VAR] = tempfile.mkdtemp(prefix="arenarl_test_jax_cache_")
+os.environ["JAX_COMPILATION_CACHE_DIR"] = os.environ[_CACHE_VAR]
 os.environ["JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS"] = "0"
 os.environ["JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES"] = "0"
 
 
 def pytest_sessionfinish(session, exitstatus):
   del session, exitstatus
-  shutil.rmtree(_COMPILE_CACHE, ignore_errors=True)
+  if _OWNS_CACHE:
+    shutil.rmtree(os.environ.pop(_CACHE_VAR), ignore_errors=True)
+
+
+# ------------------------------------------------------ the longest files first
+# The README's command runs the suite on two pytest-xdist workers, one test file per unit of work
+# (``--dist loadscope``: a file's module fixtures are built once). The files that take longest
+# (whole pipelines in subprocesses, SmolLM2 judges, eight-device updates) are handed out first,
+# so the run does not end with one worker finishing a long file while the other idles.
+LONGEST_FIRST = ("test_config_runs.py", "test_pipeline_multiprocess.py", "test_pipeline.py",
+                 "test_train_step.py", "judges/test_flax_judge.py", "judges/test_http_server.py",
+                 "models/test_attention_choice.py", "models/test_cache_attention.py",
+                 "test_train.py", "test_sampler.py")
+
+
+def pytest_collection_modifyitems(session, config, items):
+  del session, config
+  rank = {name: k for k, name in enumerate(LONGEST_FIRST)}
+
+  def key(item):
+    path = item.nodeid.split("::", 1)[0].removeprefix("tests/")
+    return rank.get(path, len(rank))
+  items.sort(key=key)  # stable: every other file keeps its place and its tests their order
 
 
 # ------------------------------------------------------ SmolLM2, loaded once per test run
@@ -68,5 +95,5 @@ def smollm2(tmp_path_factory):
 @pytest.fixture(scope="session")
 def dataset_dir(tmp_path_factory):
   """One ``data.dir`` for every pipeline the tests run: each environment's dataset (a pure
-  function of its config) is built once per run instead of once per test."""
+  function of its config) is built once per worker process instead of once per test."""
   return str(tmp_path_factory.mktemp("datasets"))
