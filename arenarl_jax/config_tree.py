@@ -148,6 +148,9 @@ def make_base_config() -> ml_collections.ConfigDict:
       train_anchor=True,  # train the greedy anchor row like the others (as the reference does)
       logprob_chunk=64,  # the head's chunk over T (token_logprobs, the fused loss head)
       bucket=64,  # rows are padded to a multiple of this many tokens
+      # none | permute | flip (rl/advantages.py control_advantages): a control run's advantages,
+      # shuffled within each group (same magnitudes, no information) or negated.
+      advantage_control="none",
   )
   c.optim = dict(lr=1e-6, weight_decay=0.1, b1=0.9, b2=0.98, grad_clip=1.0,
                  schedule="constant",  # constant | linear | cosine (decay to 0 after warmup)

@@ -119,3 +119,57 @@ def test_standardize_ranked_is_standardize_over_the_ranked():
       np.testing.assert_allclose(adv[b, keep], rewards.standardize(x[b, keep]), atol=1e-6)
     np.testing.assert_array_equal(adv[b, ~keep] if keep.sum() >= 2 else adv[b], 0.0)
   np.testing.assert_array_equal(rewards.trainable(ranked), ranked & (ranked.sum(1) >= 2)[:, None])
+
+
+# ------------------------------------------------------------- rl.advantage_control
+ADV_BG = np.array([[1.0, -1.0, 0.5, 0.0], [2.0, 0.0, -2.0, 0.0], [0.75, -0.75, 0.0, 0.0]],
+                  np.float32)
+MASK_BG = np.array([[1, 1, 1, 0], [1, 1, 1, 0], [0, 0, 0, 0]], np.float32)  # group 2: dropped
+
+
+def _controlled(kind, seed=5, step=3, first_group=0, adv=ADV_BG, mask=MASK_BG):
+  return advantages.control_advantages(adv, mask, kind,
+                                       advantages.control_rng(seed, step, first_group))
+
+
+def test_control_none_is_the_identity_and_flip_negates_the_trainable():
+  np.testing.assert_array_equal(_controlled("none"), ADV_BG)
+  np.testing.assert_array_equal(_controlled("flip"), [[-1.0, 1.0, -0.5, 0.0],
+                                                      [-2.0, 0.0, 2.0, 0.0],
+                                                      [0.75, -0.75, 0.0, 0.0]])
+  np.testing.assert_array_equal(_controlled("flip", mask=None), -ADV_BG)
+  assert _controlled("flip").dtype == np.float32
+
+
+def test_control_permute_shuffles_each_group_among_its_trainable_members_only():
+  out = _controlled("permute")
+  for b in range(3):
+    keep = MASK_BG[b] > 0
+    # The same multiset per group (same magnitudes), the masked members untouched.
+    np.testing.assert_array_equal(np.sort(out[b, keep]), np.sort(ADV_BG[b, keep]))
+    np.testing.assert_array_equal(out[b, ~keep], ADV_BG[b, ~keep])
+  np.testing.assert_array_equal(out[2], ADV_BG[2])  # a dropped group stays as it is
+  np.testing.assert_array_equal(ADV_BG[0], [1.0, -1.0, 0.5, 0.0])  # the input is not changed
+
+
+def test_control_permute_is_seeded_and_a_hosts_share_permutes_as_one_process():
+  np.testing.assert_array_equal(_controlled("permute"), _controlled("permute"))
+  adv = np.tile(np.arange(8, dtype=np.float32), (6, 1))
+  mask = np.ones_like(adv)
+  whole = _controlled("permute", adv=adv, mask=mask)
+  # 6 groups of the 8 distinct values: some group is not left in order; other seeds differ.
+  assert (whole != adv).any()
+  assert (whole != _controlled("permute", seed=6, adv=adv, mask=mask)).any()
+  assert (whole != _controlled("permute", step=4, adv=adv, mask=mask)).any()
+  # A host holding groups 2..5 of the step draws what one process draws for them.
+  np.testing.assert_array_equal(_controlled("permute", first_group=2, adv=adv[2:], mask=mask[2:]),
+                                whole[2:])
+
+
+def test_control_names_the_config_key_for_an_unknown_value():
+  with pytest.raises(ValueError, match=r"rl\.advantage_control.*'shuffle'"):
+    advantages.check_control("shuffle")
+  with pytest.raises(ValueError, match=r"rl\.advantage_control"):
+    _controlled("shuffle")
+  with pytest.raises(ValueError, match="does not match"):
+    _controlled("permute", mask=MASK_BG[:, :2])

@@ -13,6 +13,11 @@ not counted by the loss normalisers). The others are standardized among themselv
 with fewer than two of them is dropped (all 0). The stats count both per step:
 ``judge/unranked_trajectories`` (every trajectory with mask 0, dropped groups' included) and
 ``judge/dropped_groups``.
+
+``rl.advantage_control`` (``control_advantages``) is an experiment's control, applied after the
+source: ``permute`` shuffles each group's advantages among its trainable members (the same
+magnitudes, no information about which trajectory earned them), ``flip`` negates them. A loop
+that still learns under ``permute`` learns from something other than the judge.
 """
 from __future__ import annotations
 
@@ -143,3 +148,51 @@ def get_source(name: str) -> AdvantageSource:
   if name not in SOURCES:
     raise ValueError(f"advantage.source: unknown value {name!r}; known: {sorted(SOURCES)}")
   return SOURCES[name]
+
+
+# ------------------------------------------------------------------------- advantage controls
+CONTROLS = ("none", "permute", "flip")  # the values of rl.advantage_control
+_CONTROL_STREAM = 1  # set apart from the tournament's (seed, step) streams
+
+
+def check_control(kind: str) -> str:
+  """``kind`` if it is an ``rl.advantage_control`` value, else a ValueError naming the key."""
+  if kind not in CONTROLS:
+    raise ValueError(f"rl.advantage_control: unknown value {kind!r}; known: {list(CONTROLS)}")
+  return kind
+
+
+def control_rng(seed: int, step: int, first_group: int = 0) -> np.random.Generator:
+  """The step's control generator, seeded by (seed, step); like ``tournament_rng``, a host whose
+  groups start at ``first_group`` skips the streams of the groups before its own, so
+  ``control_advantages`` permutes each group as one process would."""
+  rng = np.random.default_rng([int(seed), int(step), _CONTROL_STREAM])
+  rng.bit_generator.seed_seq.spawn(int(first_group))
+  return rng
+
+
+def control_advantages(adv_BG: np.ndarray, mask_BG: np.ndarray | None, kind: str,
+                       rng: np.random.Generator) -> np.ndarray:
+  """The advantages [B, G] under control ``kind`` (float32; the input is not changed).
+
+  Only the trainable members (``mask_BG > 0``; every member when the mask is None) change;
+  members with mask 0 keep their value. ``none``: as given. ``flip``: negated. ``permute``: in
+  each group b, the trainable members' values are shuffled among them by stream b of
+  ``rng.spawn(B)`` (``rng`` is not used otherwise).
+  """
+  check_control(kind)
+  adv_BG = np.array(adv_BG, np.float32)
+  if adv_BG.ndim != 2:
+    raise ValueError(f"control_advantages: expected advantages [B, G], got shape {adv_BG.shape}")
+  keep_BG = (np.ones(adv_BG.shape, bool) if mask_BG is None else np.asarray(mask_BG) > 0)
+  if keep_BG.shape != adv_BG.shape:
+    raise ValueError(f"control_advantages: mask {keep_BG.shape} does not match advantages "
+                     f"{adv_BG.shape}")
+  if kind == "none":
+    return adv_BG
+  if kind == "flip":
+    return np.where(keep_BG, -adv_BG, adv_BG)
+  for b, stream in enumerate(rng.spawn(adv_BG.shape[0])):
+    members = np.flatnonzero(keep_BG[b])
+    adv_BG[b, members] = adv_BG[b, stream.permutation(members)]
+  return adv_BG

@@ -6,7 +6,8 @@ are indexed by the global group so that the hosts together produce what one proc
   the sampler on the CURRENT parameters (``policy_sampler.set_policy``) -> the agent loop
   (``rollout/agent_loop.py``: multi-turn, tools run concurrently, row 0 of each group greedy) ->
   the advantage source ``advantage.source`` names (``rl/advantages.py`` SOURCES: ``arena``, a
-  tournament of pairwise matches; ``pointwise``, GRPO/GSPO's per-trajectory scores).
+  tournament of pairwise matches; ``pointwise``, GRPO/GSPO's per-trajectory scores) -> the
+  control ``rl.advantage_control`` names (``none``; ``permute``/``flip`` for control runs).
 ``Experience`` returns ``(trajectories, advantages_N, stats)`` as ``rl/loop.run`` expects; a
 trajectory without rank evidence (the source's mask 0: a failed match or pointwise score, or a
 dropped group) carries ``metadata["ranked"] = False`` and advantage 0, so ``rl/batch.py`` gives
@@ -70,6 +71,7 @@ class Experience:
     if self.group_size < 2:
       raise ValueError(f"sampling.group_size must be >= 2 for RL, got {self.group_size}")
     self.advantage_source = adv_lib.get_source(config.advantage.source)
+    adv_lib.check_control(config.rl.advantage_control)  # a bad value fails here, not at step 1
 
   def state_dict(self) -> dict[str, Any]:
     return {"judge": self.judge.state_dict()}
@@ -100,8 +102,13 @@ class Experience:
     flat = [t for g in groups for t in g]
     stats = dict(judged.stats)
     stats.update(rl_stats.judge_stats(before, rl_stats.judge_counters(self.judge), timed))
-    adv_N = np.where(mask_BG > 0, judged.advantages_BG, 0.0).reshape(-1).astype(np.float32)
-    stats.update(rl_stats.step_stats(groups, judged.advantages_BG, judged.rewards_BG, mask_BG))
+    # rl.advantage_control: an experiment's control (advantages.control_advantages); "none" trains
+    # on the judge's advantages as they are.
+    adv_BG = adv_lib.control_advantages(judged.advantages_BG, mask_BG,
+                                        self.config.rl.advantage_control,
+                                        adv_lib.control_rng(self.config.seed, step, first))
+    adv_N = np.where(mask_BG > 0, adv_BG, 0.0).reshape(-1).astype(np.float32)
+    stats.update(rl_stats.step_stats(groups, adv_BG, judged.rewards_BG, mask_BG))
     stats["valid_rate"] = float(batch.valid_rate)
     stats.update(rollout_stats.trajectory_metrics(flat, "rollout", self.tool_names))
     if self.truth is not None:
@@ -115,7 +122,7 @@ class Experience:
     done = int(step) + 1  # the step number rl/loop.run logs this rollout under
     if self.workdir and self.log_due is not None and self.log_due(done):
       rollout_log.write_rollouts(os.path.join(self.workdir, rollout_log.ROLLOUTS_DIR), done,
-                                 groups, judged.advantages_BG, judged.rewards_BG, judged.results,
+                                 groups, adv_BG, judged.rewards_BG, judged.results,
                                  topology=self.config.tournament.topology, first_group=first,
                                  mask_BG=mask_BG)
     return flat, adv_N, stats
