@@ -22,7 +22,7 @@ from typing import Any, Mapping, Sequence
 
 import numpy as np
 
-from arenarl_jax.data import records
+from arenarl_jax.data import env_examples
 from arenarl_jax.envs import base
 from arenarl_jax.envs import compact_schemas
 from arenarl_jax.text import messages as msgs
@@ -86,9 +86,7 @@ def measure(env: base.Environment, tokenizer: Any, *, split_prefix: str = "valid
     turns: list[int] = []
     tool_turns = longest = 0
     for task in tasks:
-      convo = records.with_prompt([{"role": "user", "content": task.query}],
-                                  records.canonical_messages(env.expert(
-                                      task, 0.0, records.task_rng(env.seed, task.id))))
+      convo = env_examples.expert_messages(env, task, 0.0, env.seed)
       t, k, n = conversation_counts(tokenizer, convo, tools, system)
       turns += t
       tool_turns, longest = max(tool_turns, k), max(longest, n)
@@ -102,8 +100,7 @@ def measure_config(config: Any, *, per_subtask: int | None = None) -> list[Budge
   from arenarl_jax.sft import policy  # pylint: disable=g-import-not-at-top  (pulls in jax)
   env = base.make_environment_from_config(config.env)
   tokenizer = policy.make_tokenizer(config, env)
-  system = config.rollout.get("system", "") if "rollout" in config else ""
-  return measure(env, tokenizer, schemas=config.env.schemas, system=system,
+  return measure(env, tokenizer, schemas=config.env.schemas, system=config.rollout.system,
                  per_subtask=per_subtask)
 
 

@@ -22,8 +22,9 @@ from arenarl_jax.data import records
 from arenarl_jax.envs import base
 
 
-def _expert_messages(env: base.Environment, task: base.Task, error_rate: float,
-                     seed: int) -> list[dict[str, Any]]:
+def expert_messages(env: base.Environment, task: base.Task, error_rate: float,
+                    seed: int) -> list[dict[str, Any]]:
+  """The expert's whole conversation on ``task`` (canonical messages, the query first)."""
   convo = env.expert(task, error_rate, records.task_rng(seed, task.id))
   try:
     convo = records.canonical_messages(convo)
@@ -58,9 +59,9 @@ def split_records(env: base.Environment, split: str, *, seed: int,
     seen.add(task.id)
     convo = reference = None
     if split == records.SFT:
-      convo = _expert_messages(env, task, 0.0, seed)
+      convo = expert_messages(env, task, 0.0, seed)
     elif split != records.TRAIN:
-      reference = _expert_messages(env, task, error_rate, seed)
+      reference = expert_messages(env, task, error_rate, seed)
     yield records.make_record(task_id=task.id, env=task.env, subtask=task.subtask,
                               query=task.query, messages=convo, reference=reference)
 
