@@ -1,8 +1,12 @@
 """Test-wide setup: 8 fake CPU devices (sharding tests), deterministic single-threaded torch."""
 import os
 
-# Must happen before jax is imported anywhere: unsharded code still runs on device 0.
-os.environ.setdefault("XLA_FLAGS", "--xla_force_host_platform_device_count=8")
+# Must happen before jax is imported anywhere: unsharded code still runs on device 0. The suite
+# compiles for compile speed (tests/xla_flags.py says how and why).
+import sys  # noqa: E402
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import xla_flags  # noqa: E402  pylint: disable=wrong-import-position
+os.environ.setdefault("XLA_FLAGS", xla_flags.with_devices(8))
 # torch with 2 threads collapses when another process is busy (PLATFORM.md).
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")

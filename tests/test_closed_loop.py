@@ -13,7 +13,16 @@ temperature (never the training reward):
     learning comes from the judge's ranking, not from the update's mechanics.
 The twins share every compiled program (same shapes: the second run compiles nothing); both
 curves are printed (``pytest -s``). The world's partial credit is checked by hand first.
+
+The twins run in one subprocess (``python tests/test_closed_loop.py OUT.json``) on one CPU device
+with XLA's default flags: the loop's run time dominates, and the suite's fast-compile flags
+(``tests/xla_flags.py``) and eight fake devices would make it slower.
 """
+import json
+import os
+import subprocess
+import sys
+
 import jax
 import numpy as np
 import pytest
@@ -115,10 +124,23 @@ def test_the_worlds_credit_is_a_ladder_and_its_verifier_is_strict():
   assert env.verify(_trajectory("answer", looked, types.Step(content=wrong))).unmet == ("value",)
 
 
+def run_twins(workdir: str) -> dict[str, list[tuple[int, float]]]:
+  return {control: run(control, os.path.join(workdir, control)) for control in CONTROLS}
+
+
+CONTROLS = ("none", "permute")
+HERE = os.path.dirname(os.path.abspath(__file__))
+
+
 @pytest.fixture(scope="module")
 def curves(tmp_path_factory):
-  out = {control: run(control, str(tmp_path_factory.mktemp(control)))
-         for control in ("none", "permute")}
+  tmp = tmp_path_factory.mktemp("closed_loop")
+  env = dict(os.environ, XLA_FLAGS="", PYTHONPATH=os.path.dirname(HERE))
+  proc = subprocess.run([sys.executable, os.path.abspath(__file__), str(tmp / "curves.json")],
+                        env=env, cwd=tmp, capture_output=True, text=True, timeout=900,
+                        check=False)
+  assert proc.returncode == 0, proc.stderr[-3000:]
+  out = json.load(open(tmp / "curves.json", encoding="utf-8"))
   for control, curve in out.items():
     print(f"\nCURVES {control}: " + " ".join(f"{s}:{r:.2f}" for s, r in curve))
   return out
@@ -131,3 +153,8 @@ def test_the_loop_learns_the_lookup_on_held_out_prompts(curves):
 
 def test_permuted_advantages_teach_nothing(curves):
   assert max(r for _, r in curves["permute"]) < 0.2, curves["permute"]
+
+
+if __name__ == "__main__":  # the fixture's subprocess (its directory is on sys.path)
+  with open(sys.argv[1], "w", encoding="utf-8") as f:
+    json.dump(run_twins(os.path.dirname(os.path.abspath(sys.argv[1]))), f)

@@ -41,6 +41,7 @@ from arenarl_jax.types import Trajectory
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(ROOT, "tests"))
 import pipeline_run  # noqa: E402  pylint: disable=wrong-import-position
+import xla_flags  # noqa: E402  pylint: disable=wrong-import-position
 
 
 # ------------------------------------------------------------------ the pieces, in process (fast)
@@ -130,7 +131,7 @@ OVERRIDES = ["data.sft_batch_size=4", "data.sft_seq_len=1024"]
 
 def _start(log, workdir, data_dir, *args, devices):
   env = dict(os.environ, PYTHONPATH=ROOT, OMP_NUM_THREADS="1", TOKENIZERS_PARALLELISM="false",
-             XLA_FLAGS=f"--xla_force_host_platform_device_count={devices}")
+             XLA_FLAGS=xla_flags.with_devices(devices))
   sets = [a for o in OVERRIDES for a in ("--set", o)]
   with open(log, "w", encoding="utf-8") as out:
     return subprocess.Popen(

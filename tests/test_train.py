@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 
 import fake_run
+import xla_flags
 from arenarl_jax import metrics as metrics_lib
 from arenarl_jax.rl import loop as train
 
@@ -30,7 +31,7 @@ def _run_in_process(workdir, **kill):
 
 
 def _script(workdir, *args, devices=8):
-  env = dict(os.environ, PYTHONPATH=ROOT, XLA_FLAGS=f"--xla_force_host_platform_device_count={devices}")
+  env = dict(os.environ, PYTHONPATH=ROOT, XLA_FLAGS=xla_flags.with_devices(devices))
   return subprocess.Popen([sys.executable, os.path.join(ROOT, "tests", "fake_run.py"), str(workdir),
                            *map(str, args)], env=env, stdout=subprocess.PIPE,
                           stderr=subprocess.STDOUT, text=True)
