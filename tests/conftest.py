@@ -12,30 +12,55 @@ os.environ.setdefault("OMP_NUM_THREADS", "1")
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
+import fcntl  # noqa: E402
 import shutil  # noqa: E402
 import tempfile  # noqa: E402
 
 import jax  # noqa: E402,F401  (imported before the cache variables below: this process keeps none)
 
-# One persistent compilation cache per test run, for the subprocesses only (pipelines, config
-# smoke runs, multi-process and fresh-interpreter tests): they compile the same small programs,
-# and each finds what an earlier one compiled. This process has already read its jax config, so
-# its compile counts stay exact. The run's first process (pytest itself, or the controller of
-# pytest-xdist's workers, which inherit its environment) creates the directory and removes it
-# at the end.
-_CACHE_VAR = "ARENARL_TEST_COMPILE_CACHE"
-_OWNS_CACHE = _CACHE_VAR not in os.environ
-if _OWNS_CACHE:
-  os.environ[_CACHE_VAR] = tempfile.mkdtemp(prefix="arenarl_test_jax_cache_")
-os.environ["JAX_COMPILATION_CACHE_DIR"] = os.environ[_CACHE_VAR]
+# One folder per test run, shared by every process of the run: the first process (pytest itself,
+# or the controller of pytest-xdist's workers, which inherit its environment) creates it and
+# removes it at the end. It holds
+#  - one persistent compilation cache, for the subprocesses only (pipelines, config smoke runs,
+#    multi-process and fresh-interpreter tests): they compile the same small programs, and each
+#    finds what an earlier one compiled. This process has already read its jax config, so its
+#    compile counts stay exact;
+#  - what a session fixture builds once for the whole run (``shared_folder``): SmolLM2 as
+#    transformers reads it and as we convert it, whichever worker asks first.
+_SHARED_VAR = "ARENARL_TEST_SHARED"
+_OWNS_SHARED = _SHARED_VAR not in os.environ
+if _OWNS_SHARED:
+  os.environ[_SHARED_VAR] = tempfile.mkdtemp(prefix="arenarl_test_run_")
+os.environ["JAX_COMPILATION_CACHE_DIR"] = os.path.join(os.environ[_SHARED_VAR], "jax_cache")
 os.environ["JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS"] = "0"
 os.environ["JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES"] = "0"
 
 
 def pytest_sessionfinish(session, exitstatus):
   del session, exitstatus
-  if _OWNS_CACHE:
-    shutil.rmtree(os.environ.pop(_CACHE_VAR), ignore_errors=True)
+  if _OWNS_SHARED:
+    shutil.rmtree(os.environ.pop(_SHARED_VAR), ignore_errors=True)
+
+
+def shared_path(name: str) -> str:
+  """``name`` in the run's shared folder."""
+  return os.path.join(os.environ[_SHARED_VAR], name)
+
+
+def shared_folder(name: str, build) -> tuple[str, object]:
+  """The run-wide folder ``name`` and what ``build(folder)`` returned, or None where another
+  process built the folder first. One process builds it (the others wait on its lock)."""
+  folder = shared_path(name)
+  done = os.path.join(folder, ".complete")
+  with open(folder + ".lock", "w", encoding="utf-8") as lock:
+    fcntl.flock(lock, fcntl.LOCK_EX)
+    if os.path.isfile(done):
+      return folder, None
+    shutil.rmtree(folder, ignore_errors=True)
+    os.makedirs(folder)
+    built = build(folder)
+    open(done, "w", encoding="utf-8").close()
+    return folder, built
 
 
 # ------------------------------------------------------ the longest files first
@@ -43,7 +68,7 @@ def pytest_sessionfinish(session, exitstatus):
 # (``--dist loadscope``: a file's module fixtures are built once). The files that take longest
 # (whole pipelines in subprocesses, SmolLM2 judges, eight-device updates) are handed out first,
 # so the run does not end with one worker finishing a long file while the other idles.
-LONGEST_FIRST = ("test_config_runs.py", "test_pipeline_multiprocess.py", "test_pipeline.py",
+LONGEST_FIRST = ("test_config_runs.py", "test_pipeline_smoke.py",
                  "test_train_step.py", "judges/test_flax_judge.py", "judges/test_http_server.py",
                  "models/test_attention_choice.py", "models/test_cache_attention.py",
                  "test_train.py", "test_sampler.py")
@@ -70,30 +95,52 @@ def hf_smollm2():
   """transformers' SmolLM2-135M model (float32, eval) and tokenizer, read from the embedded GGUF
   by transformers itself: the reference of the model, sampler and tokenizer tests. Read-only.
 
-  transformers parses the file three times (config, weights, tokenizer) and rebuilds gguf's name
-  map per submodule; memoising those two pure gguf calls while loading changes no result.
+  The run's first reader parses the GGUF (transformers parses it three times, for config, weights
+  and tokenizer, and rebuilds gguf's name map per submodule: memoising those two pure gguf calls
+  while loading changes no result) and writes what it read to a ``shared_folder``: transformers'
+  own state dict, config, generation config and tokenizer. Other workers rebuild the same model
+  from that folder (identical tensors) instead of parsing the GGUF again.
   """
   import gguf  # pylint: disable=g-import-not-at-top
   import torch  # pylint: disable=g-import-not-at-top
-  from transformers import AutoModelForCausalLM, AutoTokenizer  # pylint: disable=g-import-not-at-top
+  from transformers import (AutoConfig, AutoModelForCausalLM, AutoTokenizer,  # pylint: disable=g-import-not-at-top
+                            GenerationConfig)
   from arenarl_jax.models.embedded import find_smollm2_gguf  # pylint: disable=g-import-not-at-top
   torch.set_num_threads(1)
-  path = find_smollm2_gguf()
-  folder, name = os.path.dirname(path), os.path.basename(path)
-  with pytest.MonkeyPatch.context() as mp:
-    mp.setattr(gguf, "GGUFReader", functools.lru_cache(gguf.GGUFReader))
-    mp.setattr(gguf, "get_tensor_name_map", functools.lru_cache(gguf.get_tensor_name_map))
-    model = AutoModelForCausalLM.from_pretrained(folder, gguf_file=name, dtype=torch.float32)
-    tokenizer = AutoTokenizer.from_pretrained(folder, gguf_file=name)
-  return model.eval(), tokenizer
+
+  def read_gguf(out):
+    path = find_smollm2_gguf()
+    folder, name = os.path.dirname(path), os.path.basename(path)
+    with pytest.MonkeyPatch.context() as mp:
+      mp.setattr(gguf, "GGUFReader", functools.lru_cache(gguf.GGUFReader))
+      mp.setattr(gguf, "get_tensor_name_map", functools.lru_cache(gguf.get_tensor_name_map))
+      model = AutoModelForCausalLM.from_pretrained(folder, gguf_file=name, dtype=torch.float32)
+      tokenizer = AutoTokenizer.from_pretrained(folder, gguf_file=name)
+    torch.save(model.state_dict(), os.path.join(out, "state_dict.pt"))
+    model.config.to_json_file(os.path.join(out, "config.json"))
+    model.generation_config.save_pretrained(out)
+    tokenizer.save_pretrained(out)
+    return model.eval(), tokenizer
+
+  folder, read = shared_folder("hf_smollm2", read_gguf)
+  if read is not None:
+    return read
+  config = AutoConfig.from_pretrained(folder)
+  if hasattr(config, "quantization_config"):  # the GGUF's: its tensors are dequantized already
+    del config.quantization_config
+  model = AutoModelForCausalLM.from_config(config, dtype=torch.float32)
+  model.load_state_dict(torch.load(os.path.join(folder, "state_dict.pt")))
+  model.generation_config = GenerationConfig.from_pretrained(folder)
+  return model.eval(), AutoTokenizer.from_pretrained(folder)
 
 
 @pytest.fixture(scope="session")
-def smollm2(tmp_path_factory):
-  """Our (config, model) of the embedded SmolLM2-135M, float32; its parameter cache in the run's
-  temporary directory. Shared by every test file that only reads it: never mutate it."""
+def smollm2():
+  """Our (config, model) of the embedded SmolLM2-135M, float32; its converted-parameter cache is
+  one ``shared_folder`` of the run (written atomically by whichever worker converts first).
+  Shared by every test file that only reads it: never mutate it."""
   from arenarl_jax.models.loading import load_model  # pylint: disable=g-import-not-at-top
-  return load_model("smollm2", cache_dir=str(tmp_path_factory.mktemp("smollm2_params")))
+  return load_model("smollm2", cache_dir=shared_path("smollm2_params"))
 
 
 @pytest.fixture(scope="session")

@@ -1,4 +1,4 @@
-"""The CLI's own checks (the pipeline it runs is tested end to end in test_pipeline.py)."""
+"""The CLI's own checks (the pipeline it runs is tested end to end in test_pipeline_smoke.py)."""
 import os
 import subprocess
 import sys

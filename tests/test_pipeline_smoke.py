@@ -1,5 +1,8 @@
-"""The quickstart ``:smoke`` pipeline on two processes joined by ``jax.distributed`` vs one process.
+"""The quickstart ``:smoke`` pipeline end to end, as subprocesses: on one process (then
+``main --mode=eval`` reproduces its final evaluation and ``main --mode=export`` exports it), and on
+two processes joined by ``jax.distributed``, which must end like the one process.
 
+The three processes run at once (``runs``); the shard-level pieces are checked in process first.
 Each of the two processes (one CPU device each) samples, runs the tools of, and judges its own half
 of every RL step's groups, and the update is one global SPMD step; the one-process reference runs
 the same global mesh (two devices in one process). They must sample the same groups (disjoint
@@ -18,6 +21,7 @@ which a mismatched key or judge draw would change, are compared exactly.
 """
 import json
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -170,19 +174,83 @@ def _groups(path):
   return json.load(open(path, encoding="utf-8"))
 
 
-def test_two_processes_sample_their_own_groups_and_end_like_one_process(tmp_path, dataset_dir):
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory, dataset_dir):
+  """Work directories of the one-process (two devices) and the two-process run."""
   from arenarl_jax.data import builder  # pylint: disable=import-outside-toplevel
+  tmp = tmp_path_factory.mktemp("pipelines")
   data = dataset_dir  # the run's shared datasets: built here only if no earlier test built it
   config = pipeline_run.make_config(str(data), overrides=OVERRIDES)
   builder.build(builder.make_source_config(config), str(data))  # once, before the runs read it
   port = _free_port()
-  logs = [tmp_path / "one.log", tmp_path / "two_0.log", tmp_path / "two_1.log"]
-  procs = [_start(logs[0], tmp_path / "one", data, devices=2)]
-  procs += [_start(logs[1 + i], tmp_path / "two", data, "--procs", 2, "--proc", i, "--port", port,
+  logs = [tmp / "one.log", tmp / "two_0.log", tmp / "two_1.log"]
+  procs = [_start(logs[0], tmp / "one", data, devices=2)]
+  procs += [_start(logs[1 + i], tmp / "two", data, "--procs", 2, "--proc", i, "--port", port,
                    devices=1) for i in range(2)]
   _wait_all(procs, logs)
+  return tmp / "one", tmp / "two"
 
-  one, two = tmp_path / "one", tmp_path / "two"
+
+def _main(workdir, data_dir, mode):
+  """``python -m arenarl_jax.main`` on a workdir of ``runs`` (its config and overrides)."""
+  sets = [f"--config.{o}" for o in OVERRIDES]
+  env = dict(os.environ, XLA_FLAGS=xla_flags.with_devices(2))
+  return subprocess.run(
+      [sys.executable, "-m", "arenarl_jax.main", "--config=configs/quickstart.py:smoke",
+       f"--workdir={workdir}", f"--mode={mode}", f"--config.data.dir={data_dir}", *sets],
+      cwd=ROOT, env=env, capture_output=True, text=True, timeout=900, check=False)
+
+
+def _eval_rows(path):
+  rows = [json.loads(line) for line in open(path)]
+  return rows[0], [(r["task_id"], r["tokens"], r["solved"], r["unmet"],
+                    [m["outcome"] for m in r["matches"]]) for r in rows[1:]]
+
+
+def test_one_process_run_then_eval_reproduces_it_then_export(runs, dataset_dir, tmp_path):
+  work = tmp_path / "one"
+  shutil.copytree(runs[0], work)  # the CLI's evaluation and export write into it: a copy
+  result = open(work / "result.txt", encoding="utf-8").read().strip().splitlines()[-1]
+  assert result.startswith("RESULT win_rate_vs_sft=") and "ci_low=" in result
+  assert "win_rate_vs_reference=" in result
+  for key in ("solved_rate", "solved_rate_start", "solved_diff_ci_low", "met_diff_ci_high",
+              "limit_stop_rate", "wins_vs_sft", "win_rate_vs_sft_conservative"):
+    assert f" {key}=" in result, key
+  # The stages' outputs: SFT curve and checkpoint, RL metrics, evaluations at 0 and the end.
+  sft_rows = [json.loads(line) for line in open(work / "sft" / "metrics.jsonl")]
+  assert [r["step"] for r in sft_rows] == [1, 2] and all(np.isfinite(r["loss"]) for r in sft_rows)
+  rl_rows = [json.loads(line) for line in open(work / "metrics.jsonl")]
+  assert [r["step"] for r in rl_rows] == [1, 2]
+  for key in ("reward/mean", "advantage/zero_groups", "judge/requests", "time/judge_s",
+              "judge/unranked_trajectories", "verifier/solved_rate",
+              "rollout/tool_calls_per_trajectory", "rollout/turns_mean", "loss"):
+    assert key in rl_rows[-1], key
+  assert sorted(os.listdir(work / "eval")) == ["eval_00000000.jsonl", "eval_00000002.jsonl",
+                                               "summary.jsonl"]
+  assert os.path.getsize(work / "curves.png") > 0
+  # --mode=eval on the workdir reproduces the final evaluation exactly.
+  again = _main(work, dataset_dir, "eval")
+  assert again.returncode == 0, again.stderr[-3000:]
+  assert again.stdout.strip().splitlines()[-1] == result
+  # The CLI writes the resolved config first, for reproducibility.
+  assert json.load(open(work / "config.json"))["tournament"]["topology"] == "single_elimination"
+  first, rows = _eval_rows(work / "eval" / "eval_00000002.jsonl")
+  second, rows_again = _eval_rows(work / "eval" / "eval_00000002_1.jsonl")
+  assert first == second and rows == rows_again
+  # --mode=export: the final policy as an HF directory with the run's tokenizer, loadable again.
+  exported = _main(work, dataset_dir, "export")
+  assert exported.returncode == 0, exported.stderr[-3000:]
+  assert exported.stdout.strip().splitlines()[-1].startswith("RESULT stage=export rl_step=2 ")
+  from arenarl_jax.models.loading import load_model, load_tokenizer  # pylint: disable=g-import-not-at-top
+  cfg, _ = load_model(str(work / "export"))
+  tok = load_tokenizer(str(work / "export"))
+  assert cfg.vocab_size == tok.vocab_size
+  assert tok.encode("Nortor <|im_end|>") == load_tokenizer(str(work / "tokenizer")).encode(
+      "Nortor <|im_end|>")
+
+
+def test_two_processes_sample_their_own_groups_and_end_like_one_process(runs):
+  one, two = runs
   # Groups: each process rolled out its own half; together, the one-process groups exactly.
   ref = _groups(one / "groups_0.json")
   halves = [_groups(two / f"groups_{i}.json") for i in range(2)]
