@@ -32,8 +32,10 @@ def matmul_ceiling(n: int, repeats: int) -> float:
 
 def smollm2(cache_dir: str | None, dry_run: bool = False) -> tuple[ModelConfig, Transformer]:
   """SmolLM2-135M-Instruct from the embedded GGUF; the dry run keeps its first 2 of 30 layers
-  (the real weights through the real loader, at a fifteenth of the compile time)."""
-  cfg, model = loading.load_model("smollm2", cache_dir=cache_dir, use_cache=not dry_run,
+  (the real weights through the real loader, at a fifteenth of the compile time), and uses a
+  converted-parameter cache only where ``cache_dir`` names one."""
+  use_cache = not dry_run or cache_dir is not None
+  cfg, model = loading.load_model("smollm2", cache_dir=cache_dir, use_cache=use_cache,
                                   compute_dtype="auto")
   if dry_run:
     cfg, model = first_layers(cfg, model, 2)

@@ -135,12 +135,18 @@ def hf_smollm2():
 
 
 @pytest.fixture(scope="session")
-def smollm2():
-  """Our (config, model) of the embedded SmolLM2-135M, float32; its converted-parameter cache is
-  one ``shared_folder`` of the run (written atomically by whichever worker converts first).
-  Shared by every test file that only reads it: never mutate it."""
+def smollm2_cache_dir():
+  """The run's converted-parameter cache of SmolLM2, shared by both workers (the cache writes
+  atomically: whichever process converts first)."""
+  return shared_path("smollm2_params")
+
+
+@pytest.fixture(scope="session")
+def smollm2(smollm2_cache_dir):
+  """Our (config, model) of the embedded SmolLM2-135M, float32, from the run's cache. Shared by
+  every test file that only reads it: never mutate it."""
   from arenarl_jax.models.loading import load_model  # pylint: disable=g-import-not-at-top
-  return load_model("smollm2", cache_dir=shared_path("smollm2_params"))
+  return load_model("smollm2", cache_dir=smollm2_cache_dir)
 
 
 @pytest.fixture(scope="session")

@@ -10,14 +10,14 @@ import pytest
 BENCH = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(__file__))), "benchmarks")
 
 
-def test_dry_run_end_to_end(capsys, monkeypatch):
+def test_dry_run_end_to_end(capsys, monkeypatch, smollm2_cache_dir):
   monkeypatch.delenv("JAX_PLATFORMS", raising=False)  # the dry run sets it; restored after
   sys.path.insert(0, BENCH)
   try:
     import accelerator  # pylint: disable=g-import-not-at-top
     # The train step's dry run (benchmarks/accelerator.py --dry_run --train=on) is left out of
     # the suite for time; the test budget covers the tests, forward and sampler.
-    result = accelerator.main(["--dry_run", "--train=off"])
+    result = accelerator.main(["--dry_run", "--train=off", f"--cache_dir={smollm2_cache_dir}"])
   finally:
     sys.path.remove(BENCH)
   out = capsys.readouterr().out
