@@ -25,8 +25,8 @@ import jax  # noqa: E402,F401  (imported before the cache variables below: this 
 #    multi-process and fresh-interpreter tests): they compile the same small programs, and each
 #    finds what an earlier one compiled. This process has already read its jax config, so its
 #    compile counts stay exact;
-#  - what a session fixture builds once for the whole run (``shared_folder``): SmolLM2 as
-#    transformers reads it and as we convert it, whichever worker asks first.
+#  - what a session fixture builds once for the whole run (``shared_folder``, ``shared_path``):
+#    SmolLM2 as transformers reads it and as we convert it, whichever worker asks first.
 _SHARED_VAR = "ARENARL_TEST_SHARED"
 _OWNS_SHARED = _SHARED_VAR not in os.environ
 if _OWNS_SHARED:
@@ -47,20 +47,19 @@ def shared_path(name: str) -> str:
   return os.path.join(os.environ[_SHARED_VAR], name)
 
 
-def shared_folder(name: str, build) -> tuple[str, object]:
-  """The run-wide folder ``name`` and what ``build(folder)`` returned, or None where another
-  process built the folder first. One process builds it (the others wait on its lock)."""
+def shared_folder(name: str, build) -> str:
+  """The run-wide folder ``name``, filled by ``build(folder)`` in the first process that asks
+  (the others wait on its lock, then find it complete)."""
   folder = shared_path(name)
   done = os.path.join(folder, ".complete")
   with open(folder + ".lock", "w", encoding="utf-8") as lock:
     fcntl.flock(lock, fcntl.LOCK_EX)
-    if os.path.isfile(done):
-      return folder, None
-    shutil.rmtree(folder, ignore_errors=True)
-    os.makedirs(folder)
-    built = build(folder)
-    open(done, "w", encoding="utf-8").close()
-    return folder, built
+    if not os.path.isfile(done):
+      shutil.rmtree(folder, ignore_errors=True)
+      os.makedirs(folder)
+      build(folder)
+      open(done, "w", encoding="utf-8").close()
+  return folder
 
 
 # ------------------------------------------------------ the longest files first
@@ -98,8 +97,8 @@ def hf_smollm2():
   The run's first reader parses the GGUF (transformers parses it three times, for config, weights
   and tokenizer, and rebuilds gguf's name map per submodule: memoising those two pure gguf calls
   while loading changes no result) and writes what it read to a ``shared_folder``: transformers'
-  own state dict, config, generation config and tokenizer. Other workers rebuild the same model
-  from that folder (identical tensors) instead of parsing the GGUF again.
+  own state dict, config, generation config and tokenizer. Every worker builds the model from
+  that folder (identical tensors) instead of parsing the GGUF again.
   """
   import gguf  # pylint: disable=g-import-not-at-top
   import torch  # pylint: disable=g-import-not-at-top
@@ -120,11 +119,8 @@ def hf_smollm2():
     model.config.to_json_file(os.path.join(out, "config.json"))
     model.generation_config.save_pretrained(out)
     tokenizer.save_pretrained(out)
-    return model.eval(), tokenizer
 
-  folder, read = shared_folder("hf_smollm2", read_gguf)
-  if read is not None:
-    return read
+  folder = shared_folder("hf_smollm2", read_gguf)
   config = AutoConfig.from_pretrained(folder)
   if hasattr(config, "quantization_config"):  # the GGUF's: its tensors are dequantized already
     del config.quantization_config

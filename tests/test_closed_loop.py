@@ -124,12 +124,12 @@ def test_the_worlds_credit_is_a_ladder_and_its_verifier_is_strict():
   assert env.verify(_trajectory("answer", looked, types.Step(content=wrong))).unmet == ("value",)
 
 
-def run_twins(workdir: str) -> dict[str, list[tuple[int, float]]]:
-  return {control: run(control, os.path.join(workdir, control)) for control in CONTROLS}
-
-
 CONTROLS = ("none", "permute")
 HERE = os.path.dirname(os.path.abspath(__file__))
+
+
+def run_twins(workdir: str) -> dict[str, list[tuple[int, float]]]:
+  return {control: run(control, os.path.join(workdir, control)) for control in CONTROLS}
 
 
 @pytest.fixture(scope="module")
