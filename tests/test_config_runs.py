@@ -77,12 +77,27 @@ def check_run_outputs(work, final_step):
   assert len(groups[0]["trajectories"]) == len(groups[0]["ranks"])
 
 
+def assert_on_run_mesh(model, config):
+  """Every parameter of ``model`` in its partition rule's sharding on the run's mesh, and some of
+  them split (not all replicated)."""
+  mesh = sharding.make_mesh(**config.mesh)
+  split = 0
+  for path, var in nnx.to_flat_state(nnx.state(model)):
+    array = var.get_value()
+    assert array.sharding == sharding.sharding_for(path, array.shape, mesh), path
+    split += not array.sharding.is_fully_replicated
+  assert split > 0
+
+
 # ------------------------------------------------------------------------------- smollm2_travel
 def test_smollm2_travel_loads_the_real_checkpoint_through_the_config(tmp_path):
   config = smollm2_travel.get_config()
   assert config.model.source == "smollm2" and not config.model.init.preset
   with config.unlocked():
     config.model.keep_layers = 2
+    # A mesh that splits the parameters (the config's own puts every fake device on 'data' and
+    # would hold 8 replicas of all 30 layers before the cut).
+    config.mesh.update(dict(data=1, fsdp=2, tensor=4))
   policy = policy_lib.make_policy(config, str(tmp_path))
   assert policy.cfg.n_layers == 2 and policy.cfg.vocab_size == 49_152
   assert policy.tokenizer.vocab_size == 49_152  # SmolLM2's own, from the GGUF
@@ -94,8 +109,9 @@ def test_smollm2_travel_loads_the_real_checkpoint_through_the_config(tmp_path):
   np.testing.assert_array_equal(np.asarray(kept["embed"]), np.asarray(ref["embed"]))
   np.testing.assert_array_equal(np.asarray(kept["layers"][1]["attn"]["q"]["kernel"]),
                                 np.asarray(ref["layers"][1]["attn"]["q"]["kernel"]))
-  # Uncommitted: the trainers may place them on any mesh.
-  assert not any(x.committed for x in jax.tree.leaves(kept))
+  # Loaded into the run's mesh, each parameter in its partition rule's sharding: what the
+  # trainers place parameters in, so they take these as they are.
+  assert_on_run_mesh(policy.model, config)
   with config.unlocked():
     config.model.keep_layers = 31
   with pytest.raises(ValueError, match="model.keep_layers=31"):
@@ -192,9 +208,12 @@ def test_qwen3_pod_loading_path_reads_an_hf_dir_and_names_what_is_missing(tmp_pa
   export_hf_dir(make_model(tiny, seed=1), tiny, ckpt)
   loading.load_tokenizer("smollm2").save(ckpt)
   config = qwen3_8b_pod.get_config(f"ckpt={ckpt}")
+  with config.unlocked():
+    config.mesh.update(pod_mesh_on(8, config))  # the pod's tensor axis, fsdp over the rest
   policy = policy_lib.make_policy(config, str(tmp_path / "run"))
   assert policy.cfg.family == "qwen3" and policy.cfg.qk_norm
   assert policy.cfg.compute_dtype == "bfloat16" and policy.cfg.n_layers == 2
+  assert_on_run_mesh(policy.model, config)
   missing = qwen3_8b_pod.get_config(f"ckpt={tmp_path / 'nowhere'}")
   with pytest.raises(FileNotFoundError, match="nowhere"):
     policy_lib.make_policy(missing, str(tmp_path / "run2"))

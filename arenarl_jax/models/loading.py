@@ -62,7 +62,9 @@ def load_model(source: str, *, cache_dir: str | None = None, dtype=None,
   default float32): the dtype activations and matmuls run in; the parameters stay in ``dtype``
   (float32 masters) and are cast at use. ``mesh``: every parameter is placed directly in its
   ``NamedSharding`` from ``sharding.py``'s partition rules (the skeleton comes from
-  ``nnx.eval_shape``; each tensor is read on the host and sent to its shards only).
+  ``nnx.eval_shape``). From an HF directory each process reads only the blocks its own devices
+  hold (``safetensors_io.model_from_tensors``); a GGUF tensor is dequantized whole on each host
+  and sent to its shards only.
 
   GGUF conversions (dequantize + un-permute, seconds) are cached with orbax under ``cache_dir``
   (default ``cache_dirs.cache_dir("params")``); HF safetensors directories are read directly

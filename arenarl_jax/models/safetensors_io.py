@@ -68,12 +68,32 @@ def hf_name(path: tuple) -> str:
 
 @dataclasses.dataclass
 class TensorStore:
-  """Named HF-layout (out, in) tensors: ``get`` loads one, ``where`` names its file (errors)."""
+  """Named HF-layout (out, in) tensors, read whole or (where the format allows) by block.
+
+  ``get`` loads one tensor whole; ``where`` names its file (for errors). ``shape_of`` and
+  ``get_slice`` (both None when the format reads whole tensors only, e.g. GGUF, whose quantized
+  blocks are dequantized a tensor at a time) give a tensor's shape without reading it and read
+  only the block a tuple of slices selects. ``read`` is how the loader reads: it counts the bytes
+  of every tensor or block it hands out in ``bytes_read``, the data this process asked of the
+  checkpoint (the tensors' stored dtype; what the OS pages in around them is not counted)."""
 
   names: frozenset[str]
   get: Callable[[str], np.ndarray]
   where: Callable[[str], str]
   source: str  # the checkpoint as a whole (a directory or a file), for errors about it
+  shape_of: Callable[[str], tuple[int, ...]] | None = None
+  get_slice: Callable[[str, tuple[slice, ...]], np.ndarray] | None = None
+  bytes_read: int = 0
+
+  @property
+  def sliceable(self) -> bool:
+    return self.get_slice is not None and self.shape_of is not None
+
+  def read(self, name: str, index: tuple[slice, ...] | None = None) -> np.ndarray:
+    """Tensor ``name`` whole (``index`` None) or the block ``index`` selects; counted."""
+    array = self.get(name) if index is None else self.get_slice(name, index)
+    self.bytes_read += array.nbytes
+    return array
 
 
 def place(array: np.ndarray, target: jax.sharding.Sharding | None) -> jax.Array:
@@ -88,8 +108,12 @@ def model_from_tensors(cfg: ModelConfig, store: TensorStore, *,
                        mesh: Mesh | None = None) -> Transformer:
   """Fills ``abstract_model(cfg)`` from ``store`` (kernels transposed to [in, out]).
 
-  ``mesh``: each tensor is read, converted on the host and placed in its ``NamedSharding`` from
-  ``sharding.py``'s partition rules (the model is never materialised on one device)."""
+  ``mesh``: each parameter lands in its ``NamedSharding`` from ``sharding.py``'s partition rules
+  (the model is never materialised on one device). A store that reads by block (safetensors)
+  reads only the blocks this process's devices hold, each distinct block once (devices that
+  replicate it, e.g. over 'data', share the read), so on a multi-host mesh each host reads its
+  share of the checkpoint, not all of it; other stores read each tensor whole and send every
+  device its slice. ``store.bytes_read`` afterwards says how much this process read."""
   graphdef, state = nnx.split(abstract_model(cfg))
   used = set()
   for path, var in nnx.to_flat_state(state):
@@ -97,20 +121,51 @@ def model_from_tensors(cfg: ModelConfig, store: TensorStore, *,
     if name not in store.names:
       raise KeyError(f"{store.where(name)}: missing tensor {name!r} (needed for {_dotted(path)})")
     kernel = path[-1] == "kernel"
-    expected = tuple(var.get_value().shape)
-    want = expected[::-1] if kernel else expected
-    array = store.get(name)
-    if tuple(array.shape) != want:
-      raise ValueError(
-          f"{store.where(name)}: tensor {name!r} has shape {tuple(array.shape)}, expected {want}")
-    if not np.issubdtype(array.dtype, np.floating) and array.dtype.name != "bfloat16":
-      raise ValueError(f"{store.where(name)}: tensor {name!r} has non-float dtype {array.dtype}")
-    host = np.ascontiguousarray((array.T if kernel else array).astype(cfg.dtype))
-    target = None if mesh is None else sharding.sharding_for(path, host.shape, mesh)
-    var.set_value(place(host, target))
+    shape = tuple(var.get_value().shape)
+    target = None if mesh is None else sharding.sharding_for(path, shape, mesh)
+    if target is not None and store.sliceable:
+      _check_shape(store, name, store.shape_of(name), shape, kernel)
+      var.set_value(_read_blocks(store, name, shape, target, kernel, cfg.dtype))
+    else:
+      array = store.read(name)
+      _check_shape(store, name, array.shape, shape, kernel)
+      _check_float(store, name, array)
+      host = np.ascontiguousarray((array.T if kernel else array).astype(cfg.dtype))
+      var.set_value(place(host, target))
     used.add(name)
   _check_unused(cfg, store, used)
+  log.info("%s: %d bytes of tensor data read by this process", store.source, store.bytes_read)
   return nnx.merge(graphdef, state)
+
+
+def _read_blocks(store: TensorStore, name: str, shape: tuple[int, ...],
+                 target: jax.sharding.Sharding, kernel: bool, dtype) -> jax.Array:
+  """Parameter ``name`` (our layout, ``shape``) in ``target``, built from the blocks this
+  process's devices hold. A kernel's [in, out] block is the transpose of the stored [out, in]
+  block with the two index entries swapped."""
+  blocks: dict[tuple, np.ndarray] = {}
+  shards = []
+  for device, index in target.addressable_devices_indices_map(shape).items():
+    key = tuple(s.indices(n) for s, n in zip(index, shape))  # slices are unhashable before 3.12
+    if key not in blocks:
+      block = store.read(name, tuple(slice(*k) for k in (key[::-1] if kernel else key)))
+      _check_float(store, name, block)
+      blocks[key] = np.ascontiguousarray((block.T if kernel else block).astype(dtype))
+    shards.append(jax.device_put(blocks[key], device))
+  return jax.make_array_from_single_device_arrays(shape, target, shards)
+
+
+def _check_shape(store: TensorStore, name: str, stored: Iterable[int], shape: tuple[int, ...],
+                 kernel: bool) -> None:
+  want = shape[::-1] if kernel else shape
+  if tuple(stored) != want:
+    raise ValueError(
+        f"{store.where(name)}: tensor {name!r} has shape {tuple(stored)}, expected {want}")
+
+
+def _check_float(store: TensorStore, name: str, array: np.ndarray) -> None:
+  if not np.issubdtype(array.dtype, np.floating) and array.dtype.name != "bfloat16":
+    raise ValueError(f"{store.where(name)}: tensor {name!r} has non-float dtype {array.dtype}")
 
 
 def _check_unused(cfg: ModelConfig, store: TensorStore, used: set[str]) -> None:
@@ -181,7 +236,8 @@ def _shard_files(path: str) -> dict[str, list[str] | None]:
 
 
 def open_safetensors_dir(path: str) -> TensorStore:
-  """A TensorStore over every tensor of an HF directory's safetensors files (memory-mapped)."""
+  """A TensorStore over every tensor of an HF directory's safetensors files (memory-mapped;
+  whole tensors or blocks)."""
   handles, owner = {}, {}
   for file, listed in _shard_files(path).items():
     try:
@@ -203,14 +259,27 @@ def open_safetensors_dir(path: str) -> TensorStore:
     except SafetensorError as e:
       raise ValueError(f"{owner[name]}: cannot read tensor {name!r} ({e})") from e
 
+  def shape_of(name):
+    try:
+      return tuple(handles[owner[name]].get_slice(name).get_shape())
+    except SafetensorError as e:
+      raise ValueError(f"{owner[name]}: cannot read tensor {name!r} ({e})") from e
+
+  def get_slice(name, index):
+    try:
+      return handles[owner[name]].get_slice(name)[index]
+    except SafetensorError as e:
+      raise ValueError(f"{owner[name]}: cannot read tensor {name!r} ({e})") from e
+
   return TensorStore(names=frozenset(owner), get=get, where=lambda n: owner.get(n, path),
-                     source=path)
+                     source=path, shape_of=shape_of, get_slice=get_slice)
 
 
 def load_hf_dir(path: str, *, dtype=None, mesh: Mesh | None = None
                 ) -> tuple[ModelConfig, Transformer]:
   """Loads an HF llama/qwen2/qwen3 checkpoint directory; params in ``dtype`` (default float32),
-  placed by the partition rules on ``mesh`` if given."""
+  placed by the partition rules on ``mesh`` if given (each process reading only the blocks its
+  devices hold: ``model_from_tensors``)."""
   cfg = read_config(path)
   if dtype is not None:
     cfg = dataclasses.replace(cfg, param_dtype=jnp.dtype(dtype).name)

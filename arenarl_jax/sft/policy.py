@@ -19,11 +19,10 @@ import os
 from typing import Any
 
 import jax
-import jax.numpy as jnp
 import ml_collections
-import numpy as np
 from flax import nnx
 
+from arenarl_jax import sharding
 from arenarl_jax.data import env_examples
 from arenarl_jax.envs import compact_schemas
 from arenarl_jax.models import config as model_config
@@ -92,7 +91,8 @@ def keep_first_layers(cfg: model_config.ModelConfig, model: Transformer,
 
 
 def make_policy(config: ml_collections.ConfigDict, workdir: str, env: Any = None) -> Policy:
-  """The run's starting policy (random from the preset, or ``model.source``'s weights)."""
+  """The run's starting policy (random from the preset, or ``model.source``'s weights, loaded
+  into the run's mesh, ``sharding.make_mesh(**config.mesh)``, by the partition rules)."""
   tok = tokenizer_for(config, workdir, env)
   init = config.model.init
   if init.preset:
@@ -100,16 +100,15 @@ def make_policy(config: ml_collections.ConfigDict, workdir: str, env: Any = None
                               compute_dtype=config.model.compute_dtype)
     model = make_model(cfg, seed=int(init.seed), attention=config.model.attention)
   else:
+    # Straight into the run's training mesh: each host reads only the blocks of an HF checkpoint
+    # its devices hold, and the trainers take the arrays as placed (same mesh, same rules).
     cfg, model = load_model(config.model.source, cache_dir=config.model.cache_dir or None,
                             compute_dtype=config.model.compute_dtype,
                             attention=config.model.attention,
-                            use_cache=jax.process_count() == 1)
+                            use_cache=jax.process_count() == 1,
+                            mesh=sharding.make_mesh(**config.mesh))
     if int(config.model.keep_layers):
       cfg, model = keep_first_layers(cfg, model, int(config.model.keep_layers))
-    # The loader leaves its arrays committed to one device; the trainers place parameters by the
-    # partition rules with jit(out_shardings=...), which refuses committed inputs on another
-    # device set: hand them over uncommitted.
-    nnx.update(model, jax.tree.map(lambda x: jnp.asarray(np.asarray(x)), nnx.state(model)))
     if cfg.vocab_size < tok.vocab_size:
       raise ValueError(f"{workdir}/{TOKENIZER_DIR}: the tokenizer has {tok.vocab_size} ids but "
                        f"model.source={config.model.source!r} only {cfg.vocab_size}")
