@@ -45,6 +45,15 @@ def process_0_first(fn: Callable[[], T], name: str) -> T:
   return out if jax.process_index() == 0 else fn()
 
 
+def host_copy(tree: Any) -> Any:
+  """Every array of ``tree`` whole, as numpy, on every host (a multi-host array is gathered by
+  one collective every process joins): what a host writes to disk, e.g. an export."""
+  if jax.process_count() == 1:
+    return jax.device_get(tree)
+  from jax.experimental import multihost_utils  # pylint: disable=import-outside-toplevel
+  return multihost_utils.process_allgather(tree, tiled=True)
+
+
 # How one step's rollout stats of several hosts (each over its own equal share of the groups)
 # become one value: counts add up (every judge/ counter, tool errors by kind and these), times take
 # the slowest host, extremes their extreme, the rest (means over trajectories or groups) the mean

@@ -24,7 +24,7 @@ from arenarl_jax.judges import make_judge
 from arenarl_jax.models.safetensors_io import export_hf_dir
 from arenarl_jax.rl import experience
 from arenarl_jax.rl import loop
-from arenarl_jax.sampling import policy_sampler
+from arenarl_jax.sampling.layout import sampling_mesh
 from arenarl_jax.sft import policy as policy_lib
 from arenarl_jax.sft import stage as sft
 
@@ -60,8 +60,13 @@ def rl_params(config, workdir: str, model):
 
 def make_training_judge(config, env):
   """``judge.*``'s judge on the environment's rubric (``judge.rubric=""``, or checked against it);
-  the rubric backend reads the environment's checker."""
-  extra = {"checker": env.checker} if config.judge.backend == "rubric" else {}
+  the rubric backend reads the environment's checker, the local Flax judge runs on this host's
+  sampling mesh (each host judges its own groups, as it samples them)."""
+  extra = {}
+  if config.judge.backend == "rubric":
+    extra["checker"] = env.checker
+  elif config.judge.backend == "flax":
+    extra["mesh"] = sampling_mesh(sharding.make_mesh(**config.mesh))
   return make_judge(config.judge, env_rubric=env.rubric, **extra)
 
 
@@ -159,9 +164,10 @@ def export(config: ml_collections.ConfigDict, workdir: str, path: str = "") -> s
   if config.sft.steps > 0:
     policy.model = with_params(policy.model, sft.restore_params(config, workdir, policy))
   params, step = rl_params(config, workdir, policy.model)
-  if params is not None:
-    # On several hosts the state may be spread over them: every host gathers its own copy.
-    policy.model = with_params(policy.model, jax.device_get(policy_sampler.on_one_device(params)))
+  if params is None:
+    params = nnx.to_pure_dict(nnx.split(policy.model)[1])
+  # On several hosts the parameters are spread over them: every host gathers its own copy.
+  policy.model = with_params(policy.model, hosts.host_copy(params))
   path = path or os.path.join(workdir, "export")
   if jax.process_index() == 0:
     export_hf_dir(policy.model, policy.cfg, path)

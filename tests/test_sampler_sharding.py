@@ -51,7 +51,15 @@ def test_sharded_rollout_equals_one_device_and_spreads_rows(axes, single_device)
   assert out2.tokens_NT.addressable_shards[0].data.shape[0] == 16 // axes["data"]
 
 
-def test_rows_must_split_over_the_data_axis():
+def test_rows_that_do_not_split_are_padded_with_done_rows(single_device):
+  # 3 prompts x 4 = 12 rows on a data axis of 8: one more prompt's 4 rows, done from the start.
   sampler = Sampler(peaked_tiny(), cache_len=32, mesh=sharding.make_mesh(data=8))
-  with pytest.raises(ValueError, match="12 rows do not split over the mesh's data axis of size 8"):
-    sampler.prefill(PROMPTS[:3], group_size=4)
+  state = sampler.prefill(PROMPTS[:3], group_size=4)
+  assert state.lengths_N.shape == (16,) and sampler.row_multiple == 8
+  np.testing.assert_array_equal(np.asarray(state.done_N), np.arange(16) >= 12)
+  out, state = sampler.decode(state, SETTINGS, jax.random.key(0), rows=SETTINGS.rows(12, 4))
+  want = single_device[0]  # the same first 12 rows, sampled with 16 real rows on one device
+  np.testing.assert_array_equal(np.asarray(out.tokens_NT)[:12], np.asarray(want.tokens_NT)[:12])
+  np.testing.assert_array_equal(np.asarray(out.lengths_N)[12:], 0)  # padding samples nothing
+  with pytest.raises(ValueError, match="row settings for 4 rows, the state has 16"):
+    sampler.decode(state, SETTINGS, jax.random.key(0), rows=SETTINGS.rows(4, 4))

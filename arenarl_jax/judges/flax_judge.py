@@ -331,8 +331,12 @@ def _merge(d1: dict, d2: dict) -> dict:
   return out
 
 
-def make_flax_judge(cfg: Any, model: nnx.Module | None = None, tokenizer=None) -> FlaxJudge:
-  """``backend="flax"``: ``judge.flax`` settings; ``model``/``tokenizer`` given or loaded."""
+def make_flax_judge(cfg: Any, model: nnx.Module | None = None, tokenizer=None,
+                    mesh: Mesh | None = None) -> FlaxJudge:
+  """``backend="flax"``: ``judge.flax`` settings; ``model``/``tokenizer`` given or loaded.
+
+  ``mesh`` (the pipeline passes this host's sampling mesh, ``sampling/layout.py``): the model is
+  loaded straight into its partition rules' shardings there and the judge runs over it."""
   from arenarl_jax import judges  # pylint: disable=g-import-not-at-top
   cfg = section_dict(cfg, "judge")
   config = settings_from_config(FlaxJudgeConfig, cfg.get("flax"), "judge.flax")
@@ -342,12 +346,14 @@ def make_flax_judge(cfg: Any, model: nnx.Module | None = None, tokenizer=None) -
                      "(then judge.flax.model is loaded)")
   rubric = judges.rubric_name(cfg)  # before loading a model for nothing
   if model is None:
-    model, tokenizer = load_judge_model(config.model, config.attention)
+    model, tokenizer = load_judge_model(config.model, config.attention, mesh=mesh)
   return FlaxJudge(model, tokenizer, config, rubric=rubric,
-                   compact=bool(cfg.get("compact", False)), limits=limits)
+                   compact=bool(cfg.get("compact", False)), limits=limits, mesh=mesh)
 
 
-def load_judge_model(source: str, attention: str = "auto"):
-  """(model, tokenizer) from "smollm2" (the embedded GGUF), a .gguf file or an HF directory."""
+def load_judge_model(source: str, attention: str = "auto", mesh: Mesh | None = None):
+  """(model, tokenizer) from "smollm2" (the embedded GGUF), a .gguf file or an HF directory;
+  with ``mesh``, every parameter lands in its partition rule's sharding there."""
   from arenarl_jax.models import loading  # pylint: disable=g-import-not-at-top
-  return loading.load_model(source, attention=attention)[1], loading.load_tokenizer(source)
+  return (loading.load_model(source, attention=attention, mesh=mesh)[1],
+          loading.load_tokenizer(source))

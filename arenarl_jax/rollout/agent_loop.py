@@ -258,11 +258,12 @@ class Rollout:
         break
       stats["obs_buckets"].add(bucket_length(max(len(new_ids[r]) for r in live),
                                              getattr(self.sampler, "buckets", (1 << 30,))))
-      done = np.ones((len(rows),), bool)
+      # Rows past ours are the sampler's padding (``Sampler.prefill``): done, nothing to add.
+      done = np.ones((np.shape(state.done_N)[0],), bool)
       done[live] = False
       t0 = time.perf_counter()
       state = self.sampler.extend(state.replace(done_N=jnp.asarray(done)),
-                                  [new_ids[r] if not done[r] else [] for r in range(len(rows))])
+                                  [new_ids[r] if not done[r] else [] for r in range(len(done))])
       jax.block_until_ready(getattr(state, "lengths_N", None))
       stats["extend_s"].append(time.perf_counter() - t0)
       _note_size(stats, state)

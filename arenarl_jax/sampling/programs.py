@@ -15,7 +15,7 @@ from flax import nnx
 from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 
 from arenarl_jax.models import backend
-from arenarl_jax.models.kv_cache import KVCache, SharedPrefix
+from arenarl_jax.models.kv_cache import KVCache
 from arenarl_jax.sampling import choose
 from arenarl_jax.sampling.settings import EOS, LENGTH, NONE, STOP, RowSettings
 
@@ -52,17 +52,27 @@ class SampleOutput:
 
 
 def _on_rows(tree, mesh: Mesh | None):
-  """Pins axis 0 of every array to the mesh's 'data' axis; scalars and a shared prefix (one row
-  per prompt, B need not divide the mesh) are replicated."""
+  """Pins axis 0 of every array to the mesh's 'data' axis (scalars replicated) and the KV cache's
+  head axis to 'tensor' (as the partition rules split the k/v kernels' heads), where it divides;
+  a shared prefix (one row per prompt, B need not divide the mesh) keeps only its heads split."""
   if mesh is None:
     return tree
-  rows, replicated = NamedSharding(mesh, P("data")), NamedSharding(mesh, P())
+  tensor = mesh.shape["tensor"]
+
+  def constrain(x, *spec):
+    return jax.lax.with_sharding_constraint(x, NamedSharding(mesh, P(*spec[:x.ndim])))
+
+  def heads(x, rows):  # [rows, K, ...]: K over 'tensor' when it divides
+    return constrain(x, rows, "tensor" if tensor > 1 and x.shape[1] % tensor == 0 else None)
 
   def pin(x):
-    if isinstance(x, SharedPrefix):
-      return jax.tree.map(lambda y: jax.lax.with_sharding_constraint(y, replicated), x)
-    return jax.lax.with_sharding_constraint(x, rows if x.ndim else replicated)
-  return jax.tree.map(pin, tree, is_leaf=lambda x: isinstance(x, SharedPrefix))
+    if isinstance(x, KVCache):
+      prefix = None if x.prefix is None else jax.tree.map(
+          lambda y: heads(y, None) if y.ndim == 4 else constrain(y), x.prefix)
+      return x.replace(k=tuple(heads(y, "data") for y in x.k),
+                       v=tuple(heads(y, "data") for y in x.v), prefix=prefix)
+    return constrain(x, "data") if x.ndim else constrain(x)
+  return jax.tree.map(pin, tree, is_leaf=lambda x: isinstance(x, KVCache))
 
 
 def _last_hidden(h_NTD, counts_N):

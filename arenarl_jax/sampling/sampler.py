@@ -96,29 +96,53 @@ class Sampler:
         raise ValueError(f"{what} row {i}: token ids must be in [0, {self.cfg.vocab_size}), "
                          f"got min {arr.min()} max {arr.max()}")
 
-  def _check_rows(self, n: int) -> None:
-    if self.mesh is not None and n % self.mesh.shape["data"]:
-      raise ValueError(f"{n} rows do not split over the mesh's data axis of size "
-                       f"{self.mesh.shape['data']}")
+  @property
+  def row_multiple(self) -> int:
+    """Row counts the mesh splits evenly: the size of its 'data' axis (1 without a mesh)."""
+    return 1 if self.mesh is None else int(self.mesh.shape["data"])
+
+  def _padding(self, n_prompts: int, group_size: int) -> int:
+    """The fewest prompts to add so that the rows split evenly over the 'data' axis."""
+    return next(e for e in range(self.row_multiple)
+                if (n_prompts + e) * group_size % self.row_multiple == 0)
+
+  def _padded(self, rows: RowSettings, state: SamplerState) -> RowSettings:
+    """``rows`` (the caller's rows) for ``state``, whose padding rows (done) repeat the last."""
+    have, n, g = len(rows.temperature_N), state.lengths_N.shape[0], state.group_size
+    if have % g or (have // g + self._padding(have // g, g)) * g != n:
+      raise ValueError(f"decode: row settings for {have} rows, the state has {n}")
+    return jax.tree.map(
+        lambda a: np.concatenate([np.asarray(a)] + [np.asarray(a)[-1:]] * (n - have)), rows)
 
   def prefill(self, prompts: Sequence[Sequence[int]], group_size: int = 1, *,
               reserve: int = 0) -> SamplerState:
     """Caches B prompts once each as the shared prefix of N = B * group_size rows, whose own
-    buffers start with room for ``reserve`` tokens (the next cache size that fits)."""
+    buffers start with room for ``reserve`` tokens (the next cache size that fits).
+
+    On a mesh whose 'data' axis does not divide N, copies of the first prompt are added until it
+    does: their rows come after the caller's in the state and in every output, and are done from
+    the start (decode skips them). ``extend`` takes a token list for every row of the state;
+    ``decode`` extends shorter row settings itself."""
     if not prompts or any(len(p) == 0 for p in prompts):
       raise ValueError("prefill: every prompt needs at least one token")
     if group_size < 1:
       raise ValueError(f"prefill: group_size must be >= 1, got {group_size}")
     self._check_tokens(prompts, "prompt")
-    self._check_rows(len(prompts) * group_size)
+    real = len(prompts) * group_size
+    prompts = list(prompts) + [prompts[0]] * self._padding(len(prompts), group_size)
     longest = max(len(p) for p in prompts)
     if longest >= self.cache_len:
       raise ValueError(f"prefill: a {longest}-token prompt leaves no room in cache_len="
                        f"{self.cache_len}")
     tokens_BT, counts_B = pad_rows(prompts, bucket_length(longest, self.buckets, what="prompt"))
-    return programs.prefill(self.graphdef, self.params, tokens_BT, counts_B,
-                            group_size=group_size, n_slots=self._cache_size(max(reserve, 1)),
-                            mesh=self.mesh)
+    state = programs.prefill(self.graphdef, self.params, tokens_BT, counts_B,
+                             group_size=group_size, n_slots=self._cache_size(max(reserve, 1)),
+                             mesh=self.mesh)
+    n = len(prompts) * group_size
+    if n > real:  # the padding rows are done before they start
+      done = np.arange(n) >= real
+      state = state.replace(done_N=jax.device_put(done, state.done_N.sharding))
+    return state
 
   def extend(self, state: SamplerState, new_tokens: Sequence[Sequence[int]]) -> SamplerState:
     """Appends new_tokens[n] (any length, may be empty) to row n's cache; donates ``state``."""
@@ -148,7 +172,7 @@ class Sampler:
     cache, the state moves to the next size, and decoding resumes (same tokens as one segment).
     """
     n = state.lengths_N.shape[0]
-    rows = settings.rows(n, state.group_size) if rows is None else rows
+    rows = settings.rows(n, state.group_size) if rows is None else self._padded(rows, state)
     tail_len = max([len(s) for s in settings.stop_sequences], default=1)
     turn = programs.begin_turn(state.lengths_N, state.done_N,
                                max_new_tokens=settings.max_new_tokens, tail_len=tail_len,
