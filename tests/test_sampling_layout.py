@@ -104,6 +104,11 @@ def test_sampling_in_the_mesh_equals_one_device(mesh, model, train_params, singl
   for want, got in zip(single_device, (out, out2)):
     np.testing.assert_array_equal(np.asarray(got.tokens_NT)[:6], want.tokens_NT)
     np.testing.assert_allclose(np.asarray(got.logp_NT)[:6], want.logp_NT, atol=1e-5, rtol=0)
+  if mesh == TRAIN_MESH:  # a second rollout, other prompt lengths: nothing new to compile
+    with CompileCounter() as compiles:
+      sampler.sample([p[:2] for p in PROMPTS], group_size=2, settings=GREEDY,
+                     key=jax.random.key(2))
+    assert compiles.count == 0
   k = state.cache.k[0]  # [N, K, F, S]: rows over 'data', KV heads over 'tensor'
   heads_split = mesh["tensor"] > 1 and CFG.n_kv_heads % mesh["tensor"] == 0
   want = ("data" if mesh["data"] > 1 else None, "tensor" if heads_split else None)
