@@ -1,0 +1,146 @@
+"""Runs what a study is missing: its shared SFT stages, then each run without a result file.
+
+Layout under the output folder (``run.py``'s ``--out``):
+
+    results/<run>.json      one per finished run (small; committed, so a clone resumes)
+    work/sft_<sft_hash>/    a shared SFT stage: ``main --mode=sft`` (not committed)
+    work/<run>/             a run's workdir; its ``stdout.log`` (not committed)
+
+A run that shares an SFT stage gets a copy of the stage's ``sft/`` (checkpoint and curve),
+``tokenizer/`` and ``model_config.json`` in its workdir before ``main --mode=pipeline``: the
+pipeline's SFT stage then finds its finished checkpoint and trains nothing (``sft/stage.py``
+resumes from ``<workdir>/sft``), so RL and both evaluations run as in a fresh pipeline. Copies,
+not links: the pipeline appends to files in ``sft/``.
+A run whose result file exists is skipped without starting anything; a run that stopped half way
+resumes from its workdir.
+"""
+from __future__ import annotations
+
+import json
+import os
+import pathlib
+import shutil
+import subprocess
+import sys
+import time
+from typing import Callable
+
+from arenarl_jax.experiments import provenance, record
+from arenarl_jax.experiments import study as study_lib
+from arenarl_jax.experiments.study import Run
+
+# What a run's workdir takes from a shared SFT stage.
+SFT_PARTS = ("sft", "tokenizer", "model_config.json")
+DONE = "DONE"
+
+
+def result_path(out: pathlib.Path, run: Run) -> pathlib.Path:
+  return out / "results" / f"{run.name}.json"
+
+
+def command(run_config: str, workdir: pathlib.Path, overrides: dict, mode: str,
+            seed: int | None = None) -> list[str]:
+  """The ``main`` command line of a stage."""
+  cmd = [sys.executable, "-m", "arenarl_jax.main", f"--config={study_lib.config_path(run_config)}",
+         f"--workdir={workdir}", f"--mode={mode}"]
+  if seed is not None:
+    cmd.append(study_lib.flag("seed", seed))
+  return cmd + [study_lib.flag(k, v) for k, v in overrides.items()]
+
+
+def execute(cmd: list[str], log: pathlib.Path, what: str) -> str:
+  """Runs ``cmd`` (from the repository root, in this environment), its output streamed to
+  ``log`` (follow a long run with ``tail -f``); returns the output, or raises naming the log and
+  showing its end."""
+  log.parent.mkdir(parents=True, exist_ok=True)
+  with open(log, "w", encoding="utf-8") as f:
+    code = subprocess.run(cmd, cwd=study_lib.ROOT, stdout=f, stderr=subprocess.STDOUT,
+                          check=False).returncode
+  output = log.read_text(encoding="utf-8", errors="replace")
+  if code != 0:
+    tail = "\n".join(output.splitlines()[-30:])
+    raise RuntimeError(f"{what} failed (exit {code}); log: {log}\n{tail}")
+  return output
+
+
+def sft_stage(out: pathlib.Path, run: Run, say: Callable[[str], None]) -> pathlib.Path:
+  """The finished shared SFT workdir of ``run`` (trained now unless it is already done)."""
+  workdir = out / "work" / f"sft_{study_lib.sft_hash(run)}"
+  if not (workdir / DONE).is_file():
+    say(f"sft stage {workdir.name}: training (for {run.name} and every run sharing it)")
+    t0 = time.perf_counter()
+    execute(command(run.config, workdir, study_lib.sft_overrides(run), "sft"),
+            workdir / "stdout.log", f"SFT stage {workdir.name}")
+    (workdir / DONE).write_text(json.dumps({"wall_s": round(time.perf_counter() - t0, 1)}))
+  return workdir
+
+
+def seed_workdir(sft_dir: pathlib.Path, workdir: pathlib.Path) -> None:
+  """Copies the shared SFT stage's parts into ``workdir`` (once; a resumed run keeps its own)."""
+  workdir.mkdir(parents=True, exist_ok=True)
+  for part in SFT_PARTS:
+    src, dst = sft_dir / part, workdir / part
+    if dst.exists() or not src.exists():
+      continue
+    if src.is_dir():
+      shutil.copytree(src, dst)
+    else:
+      shutil.copy2(src, dst)
+
+
+def ran_config_hash(workdir: pathlib.Path, drop: tuple[str, ...] = ()) -> str:
+  """``study.digest`` of the config ``main`` wrote to ``<workdir>/config.json``."""
+  tree = json.loads((workdir / "config.json").read_text())
+  tree = {k: v for k, v in tree.items() if k not in drop}
+  return study_lib.tree_digest(tree)
+
+
+def run_one(out: pathlib.Path, run: Run, say: Callable[[str], None]) -> dict:
+  """Runs ``run``'s pipeline and writes its result file; returns the record."""
+  sft_dir = sft_stage(out, run, say) if run.share_sft else None
+  workdir = out / "work" / run.name
+  if sft_dir is not None:
+    seed_workdir(sft_dir, workdir)
+  say(f"run {run.name}: pipeline")
+  state, load_start, t0 = provenance.git_state(), provenance.load(), time.perf_counter()
+  stdout = execute(command(run.config, workdir, dict(run.overrides), "pipeline", run.seed),
+                   workdir / "stdout.log", f"run {run.name}")
+  wall = time.perf_counter() - t0
+  rec = {
+      "run": run.name, "arm": run.arm, "seed": run.seed, "config": run.config,
+      "overrides": dict(run.overrides), "share_sft": run.share_sft,
+      "result": record.parse_result_line(stdout),
+      "final_step": record.final_step(str(workdir)),
+      "steps": record.step_rows(str(workdir)),
+      "tasks": record.tasks(str(workdir)),
+      # The hash of the config ``main`` wrote (what ran); ``study.config_hash`` predicts it.
+      "provenance": {**state, "config_hash": ran_config_hash(workdir),
+                     "sft_hash": study_lib.sft_hash(run) if run.share_sft else None,
+                     "seed": run.seed, **provenance.versions(), "load_start": load_start,
+                     "load_end": provenance.load(), "wall_s": round(wall, 1)},
+  }
+  path = result_path(out, run)
+  path.parent.mkdir(parents=True, exist_ok=True)
+  tmp = path.with_suffix(".tmp")
+  tmp.write_text(json.dumps(record.clean(rec), indent=1, sort_keys=True) + "\n")
+  os.replace(tmp, path)  # a result file exists only once complete
+  return rec
+
+
+def run_missing(out: pathlib.Path, runs: tuple[Run, ...],
+                say: Callable[[str], None] = print) -> dict[str, str]:
+  """Runs every run without a result file, in order; returns {run: "skipped" | "ran"}."""
+  status = {}
+  for run in runs:
+    if result_path(out, run).is_file():
+      status[run.name] = "skipped"
+      continue
+    run_one(out, run, say)
+    status[run.name] = "ran"
+  return status
+
+
+def load_results(out: pathlib.Path, runs: tuple[Run, ...]) -> list[dict]:
+  """The result files of ``runs`` that exist, in the study's order."""
+  return [json.loads(result_path(out, r).read_text()) for r in runs
+          if result_path(out, r).is_file()]

@@ -1,0 +1,158 @@
+"""A study: a list of runs, each a config file, scalar overrides and a seed, read from a folder.
+
+An experiment folder (``experiments/<study>/``) holds a ``study.py`` that defines
+``runs(preset) -> list[Run]`` (presets ``full`` and ``smoke`` at least) and ``CLAIMS``, the
+paper's statements the study checks (``claims.py``). A run is the pipeline's command line in
+data: ``python -m arenarl_jax.main --config=<config> --config.seed=<seed>
+--config.<key>=<value> ...``. Its resolved config (the file's ``get_config`` with the overrides
+set, as ``main`` would see it) names it: ``config_hash``; the part of that config the SFT stage
+reads names the SFT checkpoint runs can share: ``sft_hash``. Loading configs imports no jax
+(``config_tree.py``).
+"""
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import importlib.util
+import json
+import pathlib
+import re
+from typing import Any, Mapping
+
+import ml_collections
+
+from arenarl_jax import config_tree
+
+# The repository root: config paths in a study are relative to it.
+ROOT = pathlib.Path(__file__).resolve().parents[2]
+# Config sections only the RL stage, its evaluation or its logging read; the rest (model, env,
+# data, sft, sampling, rollout, mesh, ...) may shape the SFT stage, so they name its checkpoint.
+# Listing what SFT ignores (not what it reads) errs towards separate SFT stages, never towards
+# sharing one that a run's config would have trained differently.
+RL_ONLY = ("seed", "method", "advantage", "loss", "tournament", "judge", "rl", "optim", "eval",
+           "checkpoint", "metrics")
+_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
+
+
+@dataclasses.dataclass(frozen=True)
+class Run:
+  """One pipeline run of a study.
+
+  ``arm`` groups runs that differ only in ``seed`` (intervals pool an arm's seeds); ``name`` names
+  its result file. With ``share_sft`` the run starts from the study's SFT checkpoint for its
+  config (trained once, in ``work/sft_<sft_hash>``) instead of training its own.
+  """
+
+  name: str
+  arm: str
+  config: str  # configs/<file>.py[:arg], relative to the repository root
+  seed: int
+  overrides: Mapping[str, Any] = dataclasses.field(default_factory=dict)  # "rl.steps": 2
+  share_sft: bool = True
+
+  def __post_init__(self):
+    if not _NAME.match(self.name):
+      raise ValueError(f"run name {self.name!r}: use letters, digits, '_', '-', '.'")
+    if "seed" in self.overrides:
+      raise ValueError(f"run {self.name}: set the seed with Run(seed=...), not an override")
+
+
+def config_path(spec: str) -> str:
+  """``spec`` (``path[:arg]``) with its path made absolute (relative to the repository root)."""
+  path, colon, arg = spec.partition(":")
+  path = pathlib.Path(path)
+  if not path.is_absolute():
+    path = ROOT / path
+  return f"{path}{colon}{arg}"
+
+
+def _set(config: ml_collections.ConfigDict, dotted: str, value: Any) -> None:
+  *parents, leaf = dotted.split(".")
+  node = config
+  for p in parents:
+    if p not in node:
+      raise KeyError(f"override {dotted!r}: the config has no section {p!r}")
+    node = node[p]
+  if leaf not in node:
+    raise KeyError(f"override {dotted!r}: the config has no key {leaf!r}")
+  node[leaf] = value  # the locked config checks the type
+
+
+def resolve(config: str, overrides: Mapping[str, Any], seed: int | None = None):
+  """The config ``main`` runs for ``--config=<config>`` with these overrides (and seed)."""
+  c = config_tree.load_config_file(config_path(config))
+  for key, value in overrides.items():
+    _set(c, key, value)
+  if seed is not None:
+    c.seed = int(seed)
+  return c
+
+
+def digest(config: ml_collections.ConfigDict, drop: tuple[str, ...] = ()) -> str:
+  """12 hex digits of sha256 over the config as sorted JSON, without the ``drop`` sections."""
+  tree = {k: v for k, v in json.loads(config.to_json_best_effort(sort_keys=True)).items()
+          if k not in drop}
+  return tree_digest(tree)
+
+
+def tree_digest(tree: dict[str, Any]) -> str:
+  """12 hex digits of sha256 over a JSON tree with sorted keys."""
+  return hashlib.sha256(json.dumps(tree, sort_keys=True).encode()).hexdigest()[:12]
+
+
+def config_hash(run: Run) -> str:
+  """The hash of the run's resolved config (seed included)."""
+  return digest(resolve(run.config, run.overrides, run.seed))
+
+
+def sft_overrides(run: Run) -> dict[str, Any]:
+  """The run's overrides the SFT stage reads (those outside ``RL_ONLY``)."""
+  return {k: v for k, v in run.overrides.items() if k.split(".")[0] not in RL_ONLY}
+
+
+def sft_hash(run: Run) -> str:
+  """The hash of what the run's SFT stage reads: runs with equal ``sft_hash`` can share it."""
+  return digest(resolve(run.config, run.overrides), drop=RL_ONLY)
+
+
+def flag(key: str, value: Any) -> str:
+  """``--config.<key>=<value>`` as absl's config flags parse it back to ``value``."""
+  text = json.dumps(value) if isinstance(value, (list, tuple)) else str(value)
+  return f"--config.{key}={text}"
+
+
+@dataclasses.dataclass(frozen=True)
+class Study:
+  """A study folder's definition: its runs for one preset and the claims they test."""
+
+  directory: pathlib.Path
+  preset: str
+  runs: tuple[Run, ...]
+  claims: tuple[Any, ...]  # verdict.Claim
+  bootstrap_samples: int = 2000
+  bootstrap_seed: int = 0
+
+  def arms(self) -> list[str]:
+    """Arm names in the order their first run appears."""
+    return list(dict.fromkeys(r.arm for r in self.runs))
+
+
+def load(directory: str | pathlib.Path, preset: str = "full") -> Study:
+  """Reads ``<directory>/study.py``: ``runs(preset)``, ``CLAIMS`` and optional
+  ``BOOTSTRAP_SAMPLES`` / ``BOOTSTRAP_SEED``; checks names are unique and every config loads."""
+  directory = pathlib.Path(directory).resolve()
+  path = directory / "study.py"
+  if not path.is_file():
+    raise FileNotFoundError(f"{path}: a study folder defines study.py with runs(preset)")
+  spec = importlib.util.spec_from_file_location(f"study_{directory.name}", path)
+  module = importlib.util.module_from_spec(spec)
+  spec.loader.exec_module(module)
+  runs = tuple(module.runs(preset))
+  names = [r.name for r in runs]
+  if len(set(names)) != len(names):
+    raise ValueError(f"{path}: preset {preset!r} repeats run names: {names}")
+  for r in runs:
+    resolve(r.config, r.overrides, r.seed)  # a typo in an override fails before anything runs
+  return Study(directory, preset, runs, tuple(getattr(module, "CLAIMS", ())),
+               int(getattr(module, "BOOTSTRAP_SAMPLES", 2000)),
+               int(getattr(module, "BOOTSTRAP_SEED", 0)))
