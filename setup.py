@@ -37,9 +37,10 @@ setuptools.setup(
         "anyio>=4",  # the MCP client's streams
     ],
     extras_require={
-        # torch + accelerate are only the reference implementation in tests and benchmarks.
+        # torch + accelerate are only the reference implementation in tests and benchmarks;
+        # selenium drives headless Chromium in the run viewer's test (tests/test_view.py).
         "test": ["pytest>=8", "chex>=0.1.87", "torch==2.13.0", "accelerate>=1.0", "psutil>=5.9",
-                 "pytest-xdist>=3.5"],
+                 "pytest-xdist>=3.5", "selenium>=4.11"],
     },
     entry_points={"console_scripts": ["arenarl=arenarl_jax.main:run"]},
 )

