@@ -9,10 +9,22 @@ every host can read), float32 master parameters and bfloat16 compute (``model.co
 the trainers lay the parameters out over a data x fsdp x tensor mesh (``mesh.*``: tensor
 parallel within a host's 4 chips, fsdp over 8, data over the rest; every parameter's layout
 comes from ``sharding.py``'s partition rules). Each host rolls out, runs the travel tools for
-and judges its own groups. Known limits of the code it runs on: ``policy.make_policy`` reads
-the whole checkpoint on every host before the trainers shard it (``load_model(mesh=...)``
-could read each host's shards only), and the rollout's sampler holds a full parameter copy on
-one chip per host (32 GB in float32: a v5p or larger chip).
+and judges its own groups. The loader reads each host's slices of the checkpoint only, and the
+sampler runs on each host's sampling mesh (``sampling/layout.py``: tensor-parallel over the
+host's 4 chips, its rows over the rest), so no chip holds a full parameter copy.
+
+Memory per chip (``benchmarks/pod_plan.py``: the train step, prefill and decode compiled ahead
+of time for the TPU topology; numbers and method in benchmarks/README.md, "Pod plan"): a train
+minibatch is 128 rows x 8,192 tokens, a host samples 64 rows with 8,192-token caches. The
+parameters take 1.03 GB per chip in the training layout, 8.19 GB in the sampling layout.
+- v5p (95 GB HBM): as given, the update's temporaries (the attention scores of 8 rows x 8,192
+  tokens per chip) exceed the HBM; with ``--config.rl.accumulation_steps=4`` (the same update in
+  micro-batches of half the rows) it fits: train 82.9 GB, sample 55.4 GB per chip.
+- v4 (32 GiB): does not fit as given, on either side (the sampler's parameters, the 64 rows'
+  8,192-slot caches and the train state alone are 32.2 of the 33.0 GB the compiler plans with).
+  It fits (train 26.7 GB, sample 26.2 GB) with ``rl.accumulation_steps=16``,
+  ``model.remat=full``, ``sampling.cache_len=4096`` and ``rl.prompts_per_step=32``: shorter
+  conversations and half the rows per host.
 
 The judge is an OpenAI-compatible server (vLLM, SGLang, llama.cpp, a hosted API) at
 ``judge_url`` serving ``judge_model``; the API key is read from the environment variable named
