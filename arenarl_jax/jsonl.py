@@ -1,7 +1,8 @@
-"""JSON lines logs: values made JSON-safe, and files that are only ever created, never overwritten
-(the rollout logs of RL steps and the evaluation logs)."""
+"""JSON lines logs: values made JSON-safe, files that are only ever created, never overwritten
+(the rollout logs of RL steps and the evaluation logs), and reading them back."""
 from __future__ import annotations
 
+import json
 import math
 import os
 from typing import Any, Mapping
@@ -38,3 +39,29 @@ def create_jsonl(directory: str | os.PathLike, base_name: str):
     except FileExistsError:
       continue
   raise FileExistsError(f"{directory}: too many files named {base_name}_*.jsonl")
+
+
+def read_numbered(path: str | os.PathLike) -> list[tuple[int, dict]]:
+  """The JSON objects of ``path`` with their line numbers (blank lines skipped); a line that is
+  not a JSON object is a ValueError naming the file and the line."""
+  rows = []
+  try:
+    with open(path, encoding="utf-8") as f:
+      for n, line in enumerate(f, 1):
+        if not line.strip():
+          continue
+        try:
+          row = json.loads(line)
+        except json.JSONDecodeError as e:
+          raise ValueError(f"{path}:{n}: not valid JSON ({e.msg} at column {e.colno})") from None
+        if not isinstance(row, dict):
+          raise ValueError(f"{path}:{n}: expected a JSON object, got {type(row).__name__}")
+        rows.append((n, row))
+  except UnicodeDecodeError as e:
+    raise ValueError(f"{path}: not UTF-8 text ({e.reason} at byte {e.start})") from None
+  return rows
+
+
+def read_jsonl(path: str | os.PathLike) -> list[dict]:
+  """The JSON objects of ``path`` (``read_numbered`` without the line numbers)."""
+  return [row for _, row in read_numbered(path)]

@@ -14,6 +14,8 @@ from typing import Any, Iterable, Mapping
 import jax
 import numpy as np
 
+from arenarl_jax import jsonl
+
 
 def _scalar(value: Any) -> float | int:
   value = np.asarray(value)
@@ -67,8 +69,7 @@ class MetricsWriter:
 
 
 def read_jsonl(path: str) -> list[dict]:
-  with open(path, encoding="utf-8") as f:
-    return [json.loads(line) for line in f if line.strip()]
+  return jsonl.read_jsonl(path)
 
 
 def without_timings(rows: Iterable[Mapping[str, Any]]) -> list[dict]:

@@ -9,10 +9,11 @@ same tasks, end vs start) can be recomputed from committed files without the wor
 """
 from __future__ import annotations
 
-import json
 import math
 import os
-from typing import Any, Iterable
+from typing import Any
+
+from arenarl_jax import jsonl
 
 # Per-step metrics kept (those a learning curve or a sanity check reads); absent ones are skipped.
 STEP_KEYS = ("reward/mean", "reward/std", "reward/checker_mean", "verifier/solved_rate",
@@ -42,20 +43,13 @@ def parse_result_line(text: str) -> dict[str, float | int | str]:
   return out
 
 
-def _jsonl(path: str) -> Iterable[dict[str, Any]]:
-  with open(path, encoding="utf-8") as f:
-    for line in f:
-      if line.strip():
-        yield json.loads(line)
-
-
 def step_rows(workdir: str) -> list[dict[str, float]]:
   """The RL metrics rows (``metrics.jsonl``) with ``step`` and the ``STEP_KEYS`` present."""
   path = os.path.join(workdir, "metrics.jsonl")
   if not os.path.isfile(path):
     return []
   rows = {}
-  for row in _jsonl(path):
+  for row in jsonl.read_jsonl(path):
     if "step" in row:  # a resumed run rewrites its steps: the last row of a step wins
       rows[int(row["step"])] = {"step": int(row["step"]),
                                 **{k: float(row[k]) for k in STEP_KEYS if k in row}}
@@ -70,7 +64,7 @@ def task_outcomes(eval_file: str) -> dict[str, dict[str, Any]]:
   """Per task id of one evaluation file: its subtask and the ``OUTCOMES`` (task means)."""
   per_task: dict[str, dict[str, list]] = {}
   subtask = {}
-  for row in _jsonl(eval_file):
+  for row in jsonl.read_jsonl(eval_file):
     if row.get("kind") != "trajectory":
       continue
     task = row["task_id"]

@@ -253,23 +253,21 @@ def open_safetensors_dir(path: str) -> TensorStore:
       owner[key] = file
     handles[file] = handle
 
-  def get(name):
+  def reading(name, what):
+    """``what(handle)`` on the file holding ``name``; a read error names the file and tensor."""
     try:
-      return handles[owner[name]].get_tensor(name)
+      return what(handles[owner[name]])
     except SafetensorError as e:
       raise ValueError(f"{owner[name]}: cannot read tensor {name!r} ({e})") from e
+
+  def get(name):
+    return reading(name, lambda h: h.get_tensor(name))
 
   def shape_of(name):
-    try:
-      return tuple(handles[owner[name]].get_slice(name).get_shape())
-    except SafetensorError as e:
-      raise ValueError(f"{owner[name]}: cannot read tensor {name!r} ({e})") from e
+    return reading(name, lambda h: tuple(h.get_slice(name).get_shape()))
 
   def get_slice(name, index):
-    try:
-      return handles[owner[name]].get_slice(name)[index]
-    except SafetensorError as e:
-      raise ValueError(f"{owner[name]}: cannot read tensor {name!r} ({e})") from e
+    return reading(name, lambda h: h.get_slice(name)[index])
 
   return TensorStore(names=frozenset(owner), get=get, where=lambda n: owner.get(n, path),
                      source=path, shape_of=shape_of, get_slice=get_slice)

@@ -60,16 +60,20 @@ class SamplingLayout:
   source shardings: once per run)."""
 
   def __init__(self, train_mesh: Mesh):
-    self.train_mesh = train_mesh
     self.mesh = sampling_mesh(train_mesh)
+    self._specs = {}  # (treedef, shapes) -> each leaf's spec: the rules run once per run
     self._moves = {}
 
   def place(self, params):
     """``params`` (a pytree of arrays in any layout: the train state's, one device's, host
     arrays) in the sampling layout on this host's sampling mesh."""
     leaves, treedef = jax.tree.flatten(params)
-    specs = jax.tree.leaves(sampling_specs(params, self.mesh),
-                            is_leaf=lambda x: isinstance(x, jax.sharding.PartitionSpec))
+    shapes = (treedef, tuple(np.shape(x) for x in leaves))
+    if shapes not in self._specs:
+      self._specs[shapes] = tuple(jax.tree.leaves(
+          sampling_specs(params, self.mesh),
+          is_leaf=lambda x: isinstance(x, jax.sharding.PartitionSpec)))
+    specs = self._specs[shapes]
     # Arrays spread over several processes move on their own mesh (every process joins);
     # anything this process holds whole moves straight onto the sampling mesh.
     spread = {x.sharding.mesh for x in leaves
@@ -77,7 +81,7 @@ class SamplingLayout:
     if len(spread) > 1:
       raise ValueError("SamplingLayout.place: parameters spread over processes must share one mesh")
     source = spread.pop() if spread else self.mesh
-    key = (source, treedef, tuple(specs))
+    key = (source, treedef, specs)
     if key not in self._moves:
       out = [NamedSharding(source, spec) for spec in specs]
       self._moves[key] = jax.jit(lambda xs: xs, out_shardings=out)

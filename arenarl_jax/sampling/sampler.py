@@ -106,7 +106,7 @@ class Sampler:
     return next(e for e in range(self.row_multiple)
                 if (n_prompts + e) * group_size % self.row_multiple == 0)
 
-  def _padded(self, rows: RowSettings, state: SamplerState) -> RowSettings:
+  def _rows_for(self, state: SamplerState, rows: RowSettings) -> RowSettings:
     """``rows`` (the caller's rows) for ``state``, whose padding rows (done) repeat the last."""
     have, n, g = len(rows.temperature_N), state.lengths_N.shape[0], state.group_size
     if have % g or (have // g + self._padding(have // g, g)) * g != n:
@@ -172,7 +172,7 @@ class Sampler:
     cache, the state moves to the next size, and decoding resumes (same tokens as one segment).
     """
     n = state.lengths_N.shape[0]
-    rows = settings.rows(n, state.group_size) if rows is None else self._padded(rows, state)
+    rows = settings.rows(n, state.group_size) if rows is None else self._rows_for(state, rows)
     tail_len = max([len(s) for s in settings.stop_sequences], default=1)
     turn = programs.begin_turn(state.lengths_N, state.done_N,
                                max_new_tokens=settings.max_new_tokens, tail_len=tail_len,

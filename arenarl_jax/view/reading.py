@@ -22,6 +22,7 @@ import os
 import re
 from typing import Any, Mapping, Sequence
 
+from arenarl_jax import jsonl
 from arenarl_jax.envs import settings as env_settings
 from arenarl_jax.judges import rubric as rubric_lib
 from arenarl_jax.tournament import topology
@@ -146,23 +147,12 @@ def _is_number(x: Any) -> bool:
 
 
 def read_jsonl(path: str) -> list[tuple[int, dict]]:
-  """The JSON objects of ``path`` with their line numbers (blank lines skipped)."""
-  rows = []
+  """The JSON objects of ``path`` with their line numbers (``jsonl.read_numbered``); a bad line
+  is a ViewError naming the file and line."""
   try:
-    with open(path, encoding="utf-8") as f:
-      for n, line in enumerate(f, 1):
-        if not line.strip():
-          continue
-        try:
-          row = json.loads(line)
-        except json.JSONDecodeError as e:
-          raise ViewError(f"{path}:{n}: not valid JSON ({e.msg} at column {e.colno})") from None
-        if not isinstance(row, dict):
-          raise ViewError(f"{path}:{n}: expected a JSON object, got {type(row).__name__}")
-        rows.append((n, row))
-  except UnicodeDecodeError as e:
-    raise ViewError(f"{path}: not UTF-8 text ({e.reason} at byte {e.start})") from None
-  return rows
+    return jsonl.read_numbered(path)
+  except ValueError as e:
+    raise ViewError(str(e)) from None
 
 
 def _get(row: Mapping[str, Any], key: str, kind: type | tuple[type, ...], where: str) -> Any:
