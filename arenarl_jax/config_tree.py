@@ -49,6 +49,7 @@ def make_base_config() -> ml_collections.ConfigDict:
           tokenizer="task_bpe",  # task_bpe (trained on env text) | smollm2 | an HF tokenizer dir
           vocab_size=4096,  # task_bpe only
           corpus_tasks=300,  # task_bpe only: expert conversations in its training text
+          whole_names=False,  # task_bpe only: the environment's names() as one id each
           seed=0,  # parameter initialisation
       ),
       # auto: bfloat16 on gpu/tpu, float32 on cpu; parameters stay float32 (cast at use)
@@ -70,7 +71,7 @@ def make_base_config() -> ml_collections.ConfigDict:
       # tool_max_chars, reference_error_rate: every environment takes them (envs/settings.py)
       **defaults(env_settings.CommonSettings),
       tools="inprocess",  # inprocess | mcp (arenarl_jax/envs/tool_sources.py)
-      schemas="full",  # full | compact: tool schemas the policy is shown (envs/compact_schemas.py)
+      schemas="full",  # full | compact | none: tool schemas the policy is shown (envs/compact_schemas.py)
       mcp=defaults(env_settings.McpClientConfig),  # env.tools=mcp: server command, limits, name_map
   )
   # env.<name>: the keys only that environment takes (env.travel.train_per_subtask, ...).
@@ -127,6 +128,7 @@ def make_base_config() -> ml_collections.ConfigDict:
       lr=1e-3, schedule="cosine", warmup_steps=10, weight_decay=0.0, b1=0.9, b2=0.98,
       grad_clip=1.0,
       accumulation_steps=1,  # micro-batches per update
+      context_weight=0.0,  # loss weight of the query and tool results (data/pipeline.SFTFeatures)
       log_every=10,  # steps between metric rows (and the progress bar's loss)
   )
   c.eval = defaults(eval_settings.EvalSettings)  # eval/settings.py: when, how many, intervals

@@ -59,6 +59,35 @@ def test_task_bpe_keeps_control_tokens_whole_and_round_trips():
     task_tokenizer.train_bpe(TEXTS, vocab_size=100)
 
 
+def test_task_bpe_keeps_whole_names_as_one_id_each():
+  names = ("Nortor", "Jade Lotus Noodle House", "Nortor North Railway Station")
+  tok = task_tokenizer.train_bpe(TEXTS, vocab_size=320, whole=names)
+  plain = task_tokenizer.train_bpe(TEXTS, vocab_size=320)
+  # The name and " name", each a new id unless the BPE already learned it ("Nortor" here).
+  assert plain.vocab_size + 2 * len(names) - 1 == tok.vocab_size
+  for name in names:
+    assert len(tok.encode(name)) == 1 and len(tok.encode(" " + name)) == 1, name
+  assert len(plain.encode(" Jade Lotus Noodle House")) > 1
+  # The longest name wins (the city inside the station's name is not split off), the plain
+  # encoding (tool results, queries) keeps them too, and decoding gives the text back.
+  text = ('{"city": "Nortor", "waypoints": ["Nortor North Railway Station"]} near Jade Lotus '
+          "Noodle House, Nortorx")
+  ids = messages.encode_plain(tok, text)
+  assert tok.token_to_id("Nortor North Railway Station") in ids
+  assert tok.token_to_id(" Jade Lotus Noodle House") in ids
+  assert tok.decode(ids) == text and tok.decode(tok.encode(TEXTS[0])) == TEXTS[0]
+
+
+def test_travel_names_are_its_cities_and_places():
+  from arenarl_jax.envs import base  # pylint: disable=g-import-not-at-top
+  env = base.make_environment("travel")
+  names = env.names()
+  assert names == tuple(sorted(set(names)))
+  assert {c.name for c in env.world.cities} <= set(names)
+  assert {p.name for pois in env.world.pois.values() for p in pois} <= set(names)
+  assert len(names) > len(env.world.cities) * 20
+
+
 def test_compact_schemas_keep_names_types_and_required():
   tool = {"type": "function", "function": {
       "name": "f", "description": "long prose",
@@ -75,6 +104,19 @@ def test_compact_schemas_keep_names_types_and_required():
                      "mode": {"type": "string", "enum": ["walk", "drive"]}}}}
   with pytest.raises(ValueError, match="env.schemas"):
     compact_schemas.tool_source(None, "short")
+
+
+def test_no_schemas_list_no_tools_and_still_call_them():
+  import asyncio  # pylint: disable=g-import-not-at-top
+  from arenarl_jax.envs import base  # pylint: disable=g-import-not-at-top
+  env = base.make_environment("travel")
+  source = compact_schemas.tool_source(env, "none")
+  assert source.tools() == [] and len(env.tool_source().tools()) == 6
+  out = asyncio.run(source.call("search_poi", {"city": env.world.cities[0].name,
+                                               "keyword": "museum"}, timeout=5.0))
+  assert out.ok and "museum" in out.text
+  prompt = messages.render_segments([{"role": "user", "content": "q"}], tools=source.tools())
+  assert not any("<tools>" in text for text, _, _ in prompt)
 
 
 def test_policy_from_scratch_saves_its_tokenizer(tmp_path):

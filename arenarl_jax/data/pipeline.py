@@ -88,15 +88,25 @@ def prompt_batches(source: Any, *, batch_size: int, seed: int, shuffle: bool = T
 
 
 class SFTFeatures:
-  """Example -> ``{"tokens_T", "loss_mask_T"}`` (int32, length ``seq_len``) at read time."""
+  """Example -> ``{"tokens_T": int32, "loss_mask_T": float32}`` (length ``seq_len``) at read time.
+
+  The loss weight is 1 on what the policy writes (the render's mask) and ``context_weight`` on
+  every other token after the first turn (the user's query, the tool results, the role headers):
+  predicting a tool result means copying the call's names from a few lines up, which teaches a
+  model trained from scratch to copy long before the few assistant tokens alone do. The first
+  turn (the system prompt and its tool schemas, the same in every conversation) keeps weight 0.
+  """
 
   def __init__(self, tokenizer: Any, *, seq_len: int,
                tools: Sequence[Mapping[str, Any]] | None = None,
-               render: messages_lib.RenderFn | None = None):
+               render: messages_lib.RenderFn | None = None, context_weight: float = 0.0):
     if seq_len <= 0:
       raise ValueError(f"seq_len must be positive, got {seq_len}")
+    if not 0.0 <= context_weight <= 1.0:
+      raise ValueError(f"sft.context_weight must be in [0, 1], got {context_weight}")
     self.tokenizer, self.seq_len, self.tools = tokenizer, seq_len, list(tools or ())
     self.render = render or messages_lib.render_sft
+    self.context_weight = float(context_weight)
 
   def __call__(self, example: records.Example) -> dict[str, np.ndarray]:
     if not example.messages:
@@ -106,9 +116,14 @@ class SFTFeatures:
       raise ValueError(f"{example.task_id}: render gave {len(ids)} ids but {len(mask)} mask values")
     n = min(len(ids), self.seq_len)
     tokens_T = np.full(self.seq_len, self.tokenizer.pad_id, np.int32)
-    loss_mask_T = np.zeros(self.seq_len, np.int32)
+    loss_mask_T = np.zeros(self.seq_len, np.float32)
     tokens_T[:n] = ids[:n]
     loss_mask_T[:n] = mask[:n]
+    if self.context_weight:
+      first_end = ids.index(self.tokenizer.eos_id) if self.tokenizer.eos_id in ids else n
+      context = np.arange(self.seq_len) > first_end
+      context[n:] = False
+      loss_mask_T[context & (loss_mask_T == 0)] = self.context_weight
     return {"tokens_T": tokens_T, "loss_mask_T": loss_mask_T}
 
 
@@ -122,9 +137,10 @@ def sft_batches(source: Any, *, tokenizer: Any, seq_len: int, batch_size: int, s
                 render: messages_lib.RenderFn | None = None, shuffle: bool = True,
                 epochs: int = 0, process_index: int | None = None,
                 process_count: int | None = None, read_threads: int = 0,
-                prefetch: int = 0) -> grain.IterDataset:
+                prefetch: int = 0, context_weight: float = 0.0) -> grain.IterDataset:
   """Batches of ``batch_size`` tokenised SFT conversations for this process."""
-  features = SFTFeatures(tokenizer, seq_len=seq_len, tools=tools, render=render)
+  features = SFTFeatures(tokenizer, seq_len=seq_len, tools=tools, render=render,
+                         context_weight=context_weight)
   ds = examples(source, seed=seed, shuffle=shuffle, epochs=epochs, process_index=process_index,
                 process_count=process_count).map(features)
   ds = ds.batch(batch_size, drop_remainder=True, batch_fn=_stack)
@@ -154,7 +170,7 @@ def sft_batches_from_config(config: ml_collections.ConfigDict, source: Any, *, t
                      batch_size=local_batch_size(d.sft_batch_size, count), seed=d.seed,
                      tools=tools, render=render, shuffle=d.shuffle, epochs=d.epochs,
                      process_index=index, process_count=count, read_threads=d.read_threads,
-                     prefetch=d.prefetch)
+                     prefetch=d.prefetch, context_weight=config.sft.context_weight)
 
 
 def position(iterator: grain.DatasetIterator) -> dict[str, Any]:

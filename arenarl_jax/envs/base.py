@@ -127,7 +127,11 @@ def final_answer(trajectory: types.Trajectory) -> str:
 
 @runtime_checkable
 class Environment(Protocol):
-  """A world: tasks, tools, a checker (the rubric judge's ``Checker``), validity and an expert."""
+  """A world: tasks, tools, a checker (the rubric judge's ``Checker``), validity and an expert.
+
+  Optional: ``names() -> tuple[str, ...]``, the names its tasks and tools use (cities, places),
+  which a task tokenizer keeps whole with ``model.init.whole_names``.
+  """
 
   name: str  # the registry key = the ``env.name`` config value
   rubric: str  # the judge rubric this world is scored on ("travel", "deep_research")

@@ -12,7 +12,7 @@ from typing import Any, Mapping
 
 from arenarl_jax.envs import base
 
-SCHEMAS = ("full", "compact")
+SCHEMAS = ("full", "compact", "none")
 _KEEP = ("type", "enum", "items", "properties", "required")
 
 
@@ -38,11 +38,11 @@ def compact_tool(tool: Mapping[str, Any]) -> dict[str, Any]:
 
 
 class CompactSchemas:
-  """``source`` with ``tools()`` compacted; ``call`` passes straight through."""
+  """``source`` with ``tools()`` compacted (or none listed); ``call`` passes straight through."""
 
-  def __init__(self, source: base.ToolSource):
+  def __init__(self, source: base.ToolSource, listed: bool = True):
     self.source = source
-    self._tools = [compact_tool(t) for t in source.tools()]
+    self._tools = [compact_tool(t) for t in source.tools()] if listed else []
 
   def tools(self) -> list[dict[str, Any]]:
     return [dict(t) for t in self._tools]
@@ -53,8 +53,9 @@ class CompactSchemas:
 
 
 def tool_source(env: Any, schemas: str = "full") -> base.ToolSource:
-  """``env.tool_source()``, compacted when ``schemas == "compact"`` (``env.schemas``)."""
+  """``env.tool_source()``, compacted when ``schemas == "compact"``, listing no tools when
+  ``"none"`` (``env.schemas``)."""
   if schemas not in SCHEMAS:
     raise ValueError(f"env.schemas: {schemas!r} is not one of {SCHEMAS}")
   source = env.tool_source()
-  return CompactSchemas(source) if schemas == "compact" else source
+  return source if schemas == "full" else CompactSchemas(source, listed=schemas == "compact")

@@ -66,7 +66,7 @@ class Experience:
     self.rollout = Rollout(self.sampler, policy.tokenizer, RolloutSettings.from_config(config),
                            policy_sampler.sampling_settings(config, policy.tokenizer))
     self.source = compact_schemas.tool_source(env, config.env.schemas)
-    self.tool_names = [t["name"] for t in self.source.tools()]
+    self.tool_names = [t["name"] for t in env.tool_source().tools()]  # listed or not
     self.group_size = int(config.sampling.group_size)
     if self.group_size < 2:
       raise ValueError(f"sampling.group_size must be >= 2 for RL, got {self.group_size}")

@@ -54,13 +54,23 @@ def make_tokenizer(config: ml_collections.ConfigDict, env: Any = None) -> Tokeni
                        "pass the environment")
     tools = compact_schemas.tool_source(env, config.env.schemas).tools()
     corpus = env_examples.tokenizer_corpus(env, sft_tasks=int(init.corpus_tasks), tools=tools)
-    return task_tokenizer.train_bpe(corpus, int(init.vocab_size))
+    whole = environment_names(env) if init.whole_names else ()
+    return task_tokenizer.train_bpe(corpus, int(init.vocab_size), whole=whole)
   if choice == "smollm2":
     return load_tokenizer("smollm2")
   if os.path.isdir(choice):
     return Tokenizer.from_hf_dir(choice)
   raise ValueError(f"model.init.tokenizer: {choice!r} is not one of {TOKENIZERS} or a tokenizer "
                    "directory")
+
+
+def environment_names(env: Any) -> tuple[str, ...]:
+  """``env.names()``: the names its tasks and tools use (``model.init.whole_names``)."""
+  names = getattr(env, "names", None)
+  if names is None:
+    raise ValueError(f"model.init.whole_names=True: environment {env.name!r} has no names() "
+                     "(the names to keep whole)")
+  return tuple(names())
 
 
 def tokenizer_for(config: ml_collections.ConfigDict, workdir: str, env: Any = None) -> Tokenizer:

@@ -1,9 +1,10 @@
 """SFT cold start: supervised training on the expert's whole conversations (``--mode=sft``).
 
 Each update takes ``data.sft_batch_size`` conversations of the dataset's ``sft`` split, rendered
-with the environment's tools and tokenised at read time (``data.pipeline.sft_batches``: loss mask
-1 on every assistant body and its ``<|im_end|>``, 0 on system, user and tool turns), and minimises
-the mean over the batch's masked tokens of -log p (``losses.sft_loss``) with the RL update's
+with the environment's tools and tokenised at read time (``data.pipeline.sft_batches``: loss weight
+1 on every assistant body and its ``<|im_end|>``, ``sft.context_weight`` (default 0) on the user
+and tool turns, 0 on the system turn), and minimises the weighted mean of -log p
+(``losses.sft_loss``) with the RL update's
 machinery (``train_step.Trainer`` with ``objective="sft"``: the same sharding, donation,
 accumulation, clip + AdamW; ``sft.*`` sets the optimizer). Writes ``<workdir>/sft/metrics.jsonl``
 (+ TensorBoard; the SFT curve) and an orbax checkpoint in ``<workdir>/sft/checkpoints`` holding
@@ -92,7 +93,7 @@ def run(config: ml_collections.ConfigDict, workdir: str, policy: Policy, env: An
                                  "loss_mask_NT": local["loss_mask_NT"].astype(np.float32),
                                  "temperature_N": np.ones((n,), np.float32)})
       state, m = trainer.step(state, None, batch)
-      tokens_since += float(local["loss_mask_NT"].sum())
+      tokens_since += float((local["loss_mask_NT"] == 1).sum())
       done = step + 1
       if done % max(int(s.log_every), 1) == 0 or done == int(s.steps):
         m = jax.device_get(m)

@@ -135,6 +135,28 @@ def test_sft_features_render_with_messages_render_sft_by_default(monkeypatch, sm
   assert row["loss_mask_T"].tolist() == [0, 1, 0] and seen == [(4, [{"name": "t"}])]
 
 
+def test_context_weight_trains_the_turns_after_the_first(smollm2_tokenizer):
+  tok, tools = smollm2_tokenizer, data_fakes.FakeEnvironment().tool_source().tools()
+  example = records.Example("a/b/0", "a", "b", "q", messages=tuple(_conversation()))
+  ids, mask = messages_lib.render_sft(_conversation(), tok, tools)
+  n = len(ids)
+  row = pipeline.SFTFeatures(tok, seq_len=n + 5, tools=tools, context_weight=0.25)(example)
+  weight = row["loss_mask_T"]
+  system_end = ids.index(tok.eos_id)  # the first turn (system prompt, tool schemas) ends here
+  expected = np.where(np.asarray(mask) == 1, 1.0,
+                      np.where(np.arange(n) > system_end, 0.25, 0.0))
+  np.testing.assert_array_equal(weight[:n], expected)
+  assert not weight[n:].any() and weight.dtype == np.float32
+  # The query and the tool result are trained at the context weight, the system prompt not.
+  query = messages_lib.encode_plain(tok, "Find the red value.")
+  at = next(k for k in range(n) if ids[k:k + len(query)] == query)
+  assert (weight[at:at + len(query)] == 0.25).all() and (weight[:system_end + 1] == 0).all()
+  unweighted = pipeline.SFTFeatures(tok, seq_len=n, tools=tools)(example)["loss_mask_T"]
+  np.testing.assert_array_equal(unweighted, mask)
+  with pytest.raises(ValueError, match="context_weight"):
+    pipeline.SFTFeatures(tok, seq_len=8, context_weight=1.5)
+
+
 def test_sft_batches_are_rendered_tokenised_and_padded(dataset, smollm2_tokenizer, monkeypatch):
   tok = smollm2_tokenizer
   src = builder.data_source(dataset, "sft")
@@ -143,7 +165,7 @@ def test_sft_batches_are_rendered_tokenised_and_padded(dataset, smollm2_tokenize
                                          tools=tools, shuffle=False, process_index=0,
                                          process_count=1)))
   assert batch["tokens_NT"].shape == (3, 512) and batch["tokens_NT"].dtype == np.int32
-  assert batch["loss_mask_NT"].shape == (3, 512) and batch["loss_mask_NT"].dtype == np.int32
+  assert batch["loss_mask_NT"].shape == (3, 512) and batch["loss_mask_NT"].dtype == np.float32
   for row in range(3):
     ex = records.Example.from_record(src[row])
     ids, mask = messages_lib.render_sft(list(ex.messages), tok, tools)

@@ -85,6 +85,11 @@ class TravelEnvironment:
     task, gt = self._checker.truth(task_id)
     return verifier_lib.verify(self.world, task, gt, trajectory)
 
+  def names(self) -> tuple[str, ...]:
+    """The world's city and place names (a task tokenizer may keep each one whole)."""
+    places = (p.name for pois in self.world.pois.values() for p in pois)
+    return tuple(sorted({c.name for c in self.world.cities} | set(places)))
+
   def valid(self, answer: str, task: base.Task | str | None = None) -> tuple[bool, str]:
     """Content validity: non-empty; for a plan subtask's task (or id), names a place and a time."""
     if isinstance(task, str):
