@@ -129,6 +129,9 @@ def make_base_config() -> ml_collections.ConfigDict:
       grad_clip=1.0,
       accumulation_steps=1,  # micro-batches per update
       context_weight=0.0,  # loss weight of the query and tool results (data/pipeline.SFTFeatures)
+      # The first updates of sft.steps on rows cut after the first assistant turn (the query and
+      # the calls it asks for), many short rows per update: sft/stage.py says why.
+      first_turn_steps=0, first_turn_rows=32, first_turn_seq_len=256,
       log_every=10,  # steps between metric rows (and the progress bar's loss)
   )
   c.eval = defaults(eval_settings.EvalSettings)  # eval/settings.py: when, how many, intervals

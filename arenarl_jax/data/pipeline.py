@@ -95,11 +95,14 @@ class SFTFeatures:
   predicting a tool result means copying the call's names from a few lines up, which teaches a
   model trained from scratch to copy long before the few assistant tokens alone do. The first
   turn (the system prompt and its tool schemas, the same in every conversation) keeps weight 0.
+  With ``first_turn_only`` a row ends where the first assistant turn does (the query and the
+  calls it asks for: ``sft.first_turn_steps``).
   """
 
   def __init__(self, tokenizer: Any, *, seq_len: int,
                tools: Sequence[Mapping[str, Any]] | None = None,
-               render: messages_lib.RenderFn | None = None, context_weight: float = 0.0):
+               render: messages_lib.RenderFn | None = None, context_weight: float = 0.0,
+               first_turn_only: bool = False):
     if seq_len <= 0:
       raise ValueError(f"seq_len must be positive, got {seq_len}")
     if not 0.0 <= context_weight <= 1.0:
@@ -107,6 +110,7 @@ class SFTFeatures:
     self.tokenizer, self.seq_len, self.tools = tokenizer, seq_len, list(tools or ())
     self.render = render or messages_lib.render_sft
     self.context_weight = float(context_weight)
+    self.first_turn_only = bool(first_turn_only)
 
   def __call__(self, example: records.Example) -> dict[str, np.ndarray]:
     if not example.messages:
@@ -115,6 +119,8 @@ class SFTFeatures:
     if len(ids) != len(mask):
       raise ValueError(f"{example.task_id}: render gave {len(ids)} ids but {len(mask)} mask values")
     n = min(len(ids), self.seq_len)
+    if self.first_turn_only:
+      n = min(n, first_turn_end(mask))
     tokens_T = np.full(self.seq_len, self.tokenizer.pad_id, np.int32)
     loss_mask_T = np.zeros(self.seq_len, np.float32)
     tokens_T[:n] = ids[:n]
@@ -127,6 +133,16 @@ class SFTFeatures:
     return {"tokens_T": tokens_T, "loss_mask_T": loss_mask_T}
 
 
+def first_turn_end(mask: Sequence[int]) -> int:
+  """The index after the first assistant turn (the end of the mask's first run of 1s)."""
+  mask = np.asarray(mask)
+  on = np.flatnonzero(mask == 1)
+  if not len(on):
+    return len(mask)
+  off = np.flatnonzero(mask[on[0]:] != 1)
+  return int(on[0] + (off[0] if len(off) else len(mask) - on[0]))
+
+
 def _stack(rows: Sequence[Mapping[str, np.ndarray]]) -> dict[str, np.ndarray]:
   return {"tokens_NT": np.stack([r["tokens_T"] for r in rows]),
           "loss_mask_NT": np.stack([r["loss_mask_T"] for r in rows])}
@@ -137,10 +153,11 @@ def sft_batches(source: Any, *, tokenizer: Any, seq_len: int, batch_size: int, s
                 render: messages_lib.RenderFn | None = None, shuffle: bool = True,
                 epochs: int = 0, process_index: int | None = None,
                 process_count: int | None = None, read_threads: int = 0,
-                prefetch: int = 0, context_weight: float = 0.0) -> grain.IterDataset:
+                prefetch: int = 0, context_weight: float = 0.0,
+                first_turn_only: bool = False) -> grain.IterDataset:
   """Batches of ``batch_size`` tokenised SFT conversations for this process."""
   features = SFTFeatures(tokenizer, seq_len=seq_len, tools=tools, render=render,
-                         context_weight=context_weight)
+                         context_weight=context_weight, first_turn_only=first_turn_only)
   ds = examples(source, seed=seed, shuffle=shuffle, epochs=epochs, process_index=process_index,
                 process_count=process_count).map(features)
   ds = ds.batch(batch_size, drop_remainder=True, batch_fn=_stack)
@@ -162,15 +179,21 @@ def sft_batches_from_config(config: ml_collections.ConfigDict, source: Any, *, t
                             tools: Sequence[Mapping[str, Any]] | None = None,
                             render: messages_lib.RenderFn | None = None,
                             process_index: int | None = None,
-                            process_count: int | None = None) -> grain.IterDataset:
-  """SFT batches: ``data.sft_batch_size`` is the global batch, split evenly over processes."""
+                            process_count: int | None = None,
+                            first_turn: bool = False) -> grain.IterDataset:
+  """SFT batches: ``data.sft_batch_size`` is the global batch, split evenly over processes.
+  ``first_turn``: the first-turn phase's rows instead (``sft.first_turn_rows`` of
+  ``sft.first_turn_seq_len`` tokens, each cut after its first assistant turn)."""
   index, count = process_shard(process_index, process_count)
-  d = config.data
-  return sft_batches(source, tokenizer=tokenizer, seq_len=d.sft_seq_len,
-                     batch_size=local_batch_size(d.sft_batch_size, count), seed=d.seed,
+  d, s = config.data, config.sft
+  seq_len, rows = ((s.first_turn_seq_len, s.first_turn_rows) if first_turn else
+                   (d.sft_seq_len, d.sft_batch_size))
+  return sft_batches(source, tokenizer=tokenizer, seq_len=seq_len,
+                     batch_size=local_batch_size(rows, count), seed=d.seed,
                      tools=tools, render=render, shuffle=d.shuffle, epochs=d.epochs,
                      process_index=index, process_count=count, read_threads=d.read_threads,
-                     prefetch=d.prefetch, context_weight=config.sft.context_weight)
+                     prefetch=d.prefetch, context_weight=s.context_weight,
+                     first_turn_only=first_turn)
 
 
 def position(iterator: grain.DatasetIterator) -> dict[str, Any]:

@@ -24,6 +24,7 @@ from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
 
+from arenarl_jax.data import pipeline
 from arenarl_jax.eval import bootstrap
 from arenarl_jax.text import messages as messages_lib
 
@@ -48,13 +49,10 @@ class Reading:
 
 def first_turn(mask: Sequence[int]) -> tuple[int, int]:
   """[start, end) of the first run of trained tokens (the first assistant turn)."""
-  mask = np.asarray(mask)
-  on = np.flatnonzero(mask == 1)
+  on = np.flatnonzero(np.asarray(mask) == 1)
   if not len(on):
     raise ValueError("the conversation has no assistant turn to score")
-  start = int(on[0])
-  off = np.flatnonzero(mask[start:] != 1)
-  return start, start + (int(off[0]) if len(off) else len(mask) - start)
+  return int(on[0]), pipeline.first_turn_end(mask)
 
 
 def first_turn_nll(logprobs: LogProbs, ids: Sequence[int], mask: Sequence[int]) -> float:
@@ -130,7 +128,7 @@ def main(argv: Sequence[str] | None = None) -> dict[str, float]:
   import os  # pylint: disable=g-import-not-at-top
   import ml_collections  # pylint: disable=g-import-not-at-top
   from flax import nnx  # pylint: disable=g-import-not-at-top
-  from arenarl_jax import pipeline  # pylint: disable=g-import-not-at-top
+  from arenarl_jax import pipeline as stages  # pylint: disable=g-import-not-at-top
   from arenarl_jax.envs import base, compact_schemas  # pylint: disable=g-import-not-at-top
   from arenarl_jax.sft import policy as policy_lib, stage  # pylint: disable=g-import-not-at-top
 
@@ -149,11 +147,11 @@ def main(argv: Sequence[str] | None = None) -> dict[str, float]:
   params = (stage.restore_params(config, args.workdir, policy) if config.sft.steps > 0 else
             nnx.to_pure_dict(nnx.state(policy.model)))
   if args.checkpoint == "rl":
-    params, _ = pipeline.rl_params(config, args.workdir,
-                                      pipeline.with_params(policy.model, params))
+    params, _ = stages.rl_params(config, args.workdir,
+                                    stages.with_params(policy.model, params))
     if params is None:
       raise FileNotFoundError(f"{args.workdir}/checkpoints: no RL checkpoint (--checkpoint=rl)")
-  model = pipeline.with_params(policy.model, params)
+  model = stages.with_params(policy.model, params)
   tools = compact_schemas.tool_source(env, config.env.schemas).tools()
   conversations = validation_conversations(env, args.per_subtask, int(config.seed))
   reading = measure(model_logprobs(model), policy.tokenizer, conversations, tools)

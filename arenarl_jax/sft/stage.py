@@ -10,6 +10,14 @@ accumulation, clip + AdamW; ``sft.*`` sets the optimizer). Writes ``<workdir>/sf
 (+ TensorBoard; the SFT curve) and an orbax checkpoint in ``<workdir>/sft/checkpoints`` holding
 the state and the data position; a rerun resumes from it, and a finished SFT stage is just read
 back (the pipeline's RL stage and the evaluation's starting policy both start from it).
+
+``sft.first_turn_steps`` > 0: the first updates train on ``sft.first_turn_rows`` conversations of
+at most ``sft.first_turn_seq_len`` tokens, each cut after its first assistant turn, the rest on
+whole conversations (the learning-rate schedule spans all ``sft.steps``). The first turn is
+where the policy must copy the query's city, places and dates into its calls. In a whole row a
+small model trained from scratch spends its updates on the long answers that copy tool results
+a few lines up, and it learns to read the query last. Short rows put eight times as many
+query-to-call copies into an update of about the same cost (benchmarks/README.md, Quickstart).
 """
 from __future__ import annotations
 
@@ -69,8 +77,12 @@ def run(config: ml_collections.ConfigDict, workdir: str, policy: Policy, env: An
 
   source = builder.data_source(data_path or dataset_path(config), "sft")
   tools = compact_schemas.tool_source(env, config.env.schemas).tools()
-  iterator = iter(pipeline.sft_batches_from_config(config, source, tokenizer=policy.tokenizer,
-                                                   tools=tools))
+  first_steps = int(s.first_turn_steps)
+  if not 0 <= first_steps <= int(s.steps):
+    raise ValueError(f"sft.first_turn_steps={first_steps} must be in [0, sft.steps={s.steps}]")
+  iterators = {phase: iter(pipeline.sft_batches_from_config(
+      config, source, tokenizer=policy.tokenizer, tools=tools, first_turn=phase == "first_turn"))
+               for phase in (("first_turn",) if first_steps else ()) + ("whole",)}
   checkpointer = ckpt_lib.Checkpointer(os.path.join(out_dir, "checkpoints"),
                                        every=max(int(s.steps), 1), keep=1)
   start = 0
@@ -78,7 +90,10 @@ def run(config: ml_collections.ConfigDict, workdir: str, policy: Policy, env: An
   if latest is not None:
     state, loop = checkpointer.restore(latest, state)
     start = int(loop["step"])
-    pipeline.restore(iterator, loop["data"])
+    saved = loop["data"] if "whole" in loop["data"] else {"whole": loop["data"]}  # one phase
+    for phase, it in iterators.items():
+      if phase in saved:
+        pipeline.restore(it, saved[phase])
   writer = metrics_lib.MetricsWriter(out_dir, tensorboard=config.metrics.tensorboard,
                                      jsonl=config.metrics.jsonl, resume_step=start)
   bar = metrics_lib.progress(int(s.steps), desc="sft steps", initial=start,
@@ -87,7 +102,7 @@ def run(config: ml_collections.ConfigDict, workdir: str, policy: Policy, env: An
   try:
     t_log, tokens_since = time.perf_counter(), 0.0
     for step in range(start, int(s.steps)):
-      local = next(iterator)
+      local = next(iterators["first_turn" if step < first_steps else "whole"])
       n = local["tokens_NT"].shape[0]
       batch = trainer.put_batch({"tokens_NT": local["tokens_NT"].astype(np.int32),
                                  "loss_mask_NT": local["loss_mask_NT"].astype(np.float32),
@@ -105,8 +120,9 @@ def run(config: ml_collections.ConfigDict, workdir: str, policy: Policy, env: An
         t_log, tokens_since = time.perf_counter(), 0.0
       bar.update(1)
     if int(s.steps) not in checkpointer.all_steps():
-      checkpointer.save(int(s.steps), state, {"step": int(s.steps),
-                                              "data": pipeline.position(iterator)})
+      checkpointer.save(int(s.steps), state, {
+          "step": int(s.steps),
+          "data": {phase: pipeline.position(it) for phase, it in iterators.items()}})
   finally:
     bar.close()
     writer.close()

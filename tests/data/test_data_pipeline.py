@@ -157,6 +157,25 @@ def test_context_weight_trains_the_turns_after_the_first(smollm2_tokenizer):
     pipeline.SFTFeatures(tok, seq_len=8, context_weight=1.5)
 
 
+def test_first_turn_rows_end_after_the_first_assistant_turn(smollm2_tokenizer):
+  assert pipeline.first_turn_end([0, 0, 1, 1, 0, 1]) == 4
+  assert pipeline.first_turn_end([0, 1, 1]) == 3 and pipeline.first_turn_end([0, 0]) == 2
+  tok, tools = smollm2_tokenizer, data_fakes.FakeEnvironment().tool_source().tools()
+  example = records.Example("a/b/0", "a", "b", "q", messages=tuple(_conversation()))
+  ids, mask = messages_lib.render_sft(_conversation(), tok, tools)
+  end = pipeline.first_turn_end(mask)
+  assert tok.decode(ids[:end]).endswith("</tool_call><|im_end|>")  # the call and its turn's end
+  row = pipeline.SFTFeatures(tok, seq_len=len(ids), tools=tools, first_turn_only=True,
+                             context_weight=0.5)(example)
+  np.testing.assert_array_equal(row["tokens_T"][:end], ids[:end])
+  assert (row["tokens_T"][end:] == tok.pad_id).all() and not row["loss_mask_T"][end:].any()
+  assert (row["loss_mask_T"][:end] == np.where(np.asarray(mask[:end]) == 1, 1.0, row[
+      "loss_mask_T"][:end])).all() and row["loss_mask_T"][:end].max() == 1.0
+  # A row shorter than the first turn is cut at the row's length.
+  short = pipeline.SFTFeatures(tok, seq_len=end - 3, tools=tools, first_turn_only=True)(example)
+  np.testing.assert_array_equal(short["tokens_T"], ids[:end - 3])
+
+
 def test_sft_batches_are_rendered_tokenised_and_padded(dataset, smollm2_tokenizer, monkeypatch):
   tok = smollm2_tokenizer
   src = builder.data_source(dataset, "sft")
