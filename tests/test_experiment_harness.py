@@ -10,7 +10,6 @@ import csv
 import json
 import os
 import pathlib
-import shutil
 import subprocess
 import sys
 import time
@@ -26,6 +25,7 @@ ROOT = pathlib.Path(__file__).resolve().parents[1]
 STUDY = ROOT / "experiments" / "quickstart_control"
 sys.path.insert(0, str(ROOT / "tests"))
 import xla_flags  # noqa: E402  pylint: disable=wrong-import-position
+import study_folder  # tests/study_folder.py
 
 OUTPUTS = ("results.csv", "steps.csv", "README.md", "arms.png", "curves.png")
 
@@ -42,10 +42,7 @@ def _command(folder):
 
 @pytest.fixture(scope="module")
 def smoke(tmp_path_factory):
-  folder = tmp_path_factory.mktemp("study") / STUDY.name
-  folder.mkdir()
-  for name in ("study.py", "README.md"):
-    shutil.copy(STUDY / name, folder / name)
+  folder = study_folder.copy_study(tmp_path_factory, STUDY)
   stdout, _ = _command(folder)
   return folder, stdout, study_lib.load(folder, "smoke")
 

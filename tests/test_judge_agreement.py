@@ -2,7 +2,6 @@
 verdicts, fake judges through the real driver, the smoke preset end to end, and resuming."""
 import json
 import pathlib
-import shutil
 
 import numpy as np
 import pytest
@@ -12,6 +11,7 @@ from arenarl_jax.experiments import agreement_metrics as am
 from arenarl_jax.experiments import claims, tables
 from arenarl_jax.judges import local_server
 from arenarl_jax.judges import verdict as verdict_lib
+import study_folder  # tests/study_folder.py
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 STUDY = ROOT / "experiments" / "judge_agreement"
@@ -191,11 +191,7 @@ def _main(capsys, *argv):
 
 @pytest.fixture(scope="module")
 def smoke_folder(tmp_path_factory):
-  folder = tmp_path_factory.mktemp("study") / STUDY.name
-  folder.mkdir()
-  for name in ("study.py", "README.md"):
-    shutil.copy(STUDY / name, folder / name)
-  return folder
+  return study_folder.copy_study(tmp_path_factory, STUDY)
 
 
 def test_the_smoke_preset_end_to_end(smoke_folder, capsys):

@@ -49,6 +49,7 @@ from arenarl_jax.data import env_examples
 from arenarl_jax.envs import base
 from arenarl_jax.experiments import agreement_metrics as am
 from arenarl_jax.experiments import provenance, record, tables
+from arenarl_jax.experiments import study as study_lib
 from arenarl_jax.judges import local_server
 from arenarl_jax.judges import rubric as rubric_lib
 from arenarl_jax.models.embedded import find_smollm2_gguf
@@ -327,14 +328,8 @@ class Study:
 def load_study(directory: str | pathlib.Path, preset: str) -> Study:
   """``<directory>/study.py``: ``pair_set(preset)``, ``judges(preset)``, optional ``CHECKS``,
   ``BOOTSTRAP_SAMPLES``, ``BOOTSTRAP_SEED``."""
-  directory = pathlib.Path(directory).resolve()
-  path = directory / "study.py"
-  if not path.is_file():
-    raise FileNotFoundError(f"{path}: the study folder defines study.py with pair_set(preset) "
-                            f"and judges(preset)")
-  spec = importlib.util.spec_from_file_location(f"study_{directory.name}", path)
-  module = importlib.util.module_from_spec(spec)
-  spec.loader.exec_module(module)
+  directory, path, module = study_lib.study_module(directory,
+                                                   "pair_set(preset) and judges(preset)")
   specs = tuple(module.judges(preset))
   names = [j.name for j in specs]
   if len(set(names)) != len(names):

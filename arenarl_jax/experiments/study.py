@@ -137,16 +137,23 @@ class Study:
     return list(dict.fromkeys(r.arm for r in self.runs))
 
 
-def load(directory: str | pathlib.Path, preset: str = "full") -> Study:
-  """Reads ``<directory>/study.py``: ``runs(preset)``, ``CLAIMS`` and optional
-  ``BOOTSTRAP_SAMPLES`` / ``BOOTSTRAP_SEED``; checks names are unique and every config loads."""
+def study_module(directory: str | pathlib.Path, defines: str):
+  """(the folder, path and module of ``<directory>/study.py``); ``defines`` names what a study
+  folder of its kind must define, for the error when the file is missing."""
   directory = pathlib.Path(directory).resolve()
   path = directory / "study.py"
   if not path.is_file():
-    raise FileNotFoundError(f"{path}: a study folder defines study.py with runs(preset)")
+    raise FileNotFoundError(f"{path}: a study folder defines study.py with {defines}")
   spec = importlib.util.spec_from_file_location(f"study_{directory.name}", path)
   module = importlib.util.module_from_spec(spec)
   spec.loader.exec_module(module)
+  return directory, path, module
+
+
+def load(directory: str | pathlib.Path, preset: str = "full") -> Study:
+  """Reads ``<directory>/study.py``: ``runs(preset)``, ``CLAIMS`` and optional
+  ``BOOTSTRAP_SAMPLES`` / ``BOOTSTRAP_SEED``; checks names are unique and every config loads."""
+  directory, path, module = study_module(directory, "runs(preset)")
   runs = tuple(module.runs(preset))
   names = [r.name for r in runs]
   if len(set(names)) != len(names):
