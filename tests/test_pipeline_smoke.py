@@ -249,16 +249,21 @@ def test_one_process_run_then_eval_reproduces_it_then_export(runs, dataset_dir, 
       "Nortor <|im_end|>")
 
 
-def test_query_reading_reads_a_runs_workdir(runs, capsys):
+def test_query_reading_reads_a_runs_workdir(runs, dataset_dir, tmp_path, capsys):
   from arenarl_jax.eval import query_reading  # pylint: disable=g-import-not-at-top
+  work = tmp_path / "one"
+  shutil.copytree(runs[0], work)
+  # The CLI (main.py) writes the resolved config first; this run was started by pipeline_run.py.
+  config = pipeline_run.make_config(str(dataset_dir), overrides=OVERRIDES)
+  (work / "config.json").write_text(config.to_json_best_effort(indent=2))
   for checkpoint in ("sft", "rl"):
-    out = query_reading.main([f"--workdir={runs[0]}", "--per_subtask=2",
+    out = query_reading.main([f"--workdir={work}", "--per_subtask=2",
                               f"--checkpoint={checkpoint}"])
     last = capsys.readouterr().out.strip().splitlines()[-1]
     assert last.startswith("RESULT nll_own=") and f" tasks={out['tasks']}" in last
     assert out["tasks"] == 10 and np.isfinite(out["gap"]) and out["nll_own"] > 0
   with pytest.raises(FileNotFoundError, match="config.json"):
-    query_reading.main([f"--workdir={runs[0] / 'nowhere'}"])
+    query_reading.main([f"--workdir={runs[0]}"])
 
 
 def test_two_processes_sample_their_own_groups_and_end_like_one_process(runs):

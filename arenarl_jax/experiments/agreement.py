@@ -399,6 +399,6 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-  from arenarl_jax.models.cpu import allocator  # pylint: disable=g-import-not-at-top
-  allocator.reexec_with_retained_heap()  # as the CLI does, before any thread starts
+  from arenarl_jax.models import backend  # pylint: disable=g-import-not-at-top
+  backend.prepare_process()  # as the CLI does, before any thread starts
   sys.exit(main())
