@@ -90,23 +90,22 @@ def measure(logprobs: LogProbs, tokenizer: Any, conversations: Mapping[str, Sequ
 
 
 def model_logprobs(model, bucket: int = 256) -> LogProbs:
-  """Teacher-forced log-probs of a ``Transformer``: one jitted forward per length bucket (the
-  model is causal, so padding at the end changes nothing before it)."""
-  import jax  # pylint: disable=g-import-not-at-top
+  """Teacher-forced log-probs of a ``Transformer`` (``models.logprobs.token_logprobs``): one
+  jitted forward per length bucket (the model is causal, so padding at the end changes nothing
+  before it)."""
   import jax.numpy as jnp  # pylint: disable=g-import-not-at-top
   from flax import nnx  # pylint: disable=g-import-not-at-top
+  from arenarl_jax.models import logprobs as logprobs_lib  # pylint: disable=g-import-not-at-top
 
   @nnx.jit
   def forward(model, tokens_1T):
-    logits_1TV, _ = model(tokens_1T)
-    logp_1TV = jax.nn.log_softmax(logits_1TV[:, :-1].astype(jnp.float32), axis=-1)
-    return jnp.take_along_axis(logp_1TV, tokens_1T[:, 1:, None], axis=-1)[0, :, 0]
+    return logprobs_lib.token_logprobs(model, tokens_1T)[0]  # [T]; position 0 scores nothing
 
   def logprobs(ids: Sequence[int]) -> np.ndarray:
     n = len(ids)
     padded = np.zeros((1, -(-n // bucket) * bucket), np.int32)
     padded[0, :n] = ids
-    return np.asarray(forward(model, jnp.asarray(padded)))[:n - 1]
+    return np.asarray(forward(model, jnp.asarray(padded)))[1:n]
   return logprobs
 
 
