@@ -222,6 +222,7 @@ def test_one_process_run_then_eval_reproduces_it_then_export(runs, dataset_dir, 
   rl_rows = [json.loads(line) for line in open(work / "metrics.jsonl")]
   assert [r["step"] for r in rl_rows] == [1, 2]
   for key in ("reward/mean", "advantage/zero_groups", "judge/requests", "time/judge_s",
+              "judge/requests_per_group", "reward/checker_tau_groups",
               "judge/unranked_trajectories", "verifier/solved_rate",
               "rollout/tool_calls_per_trajectory", "rollout/turns_mean", "loss"):
     assert key in rl_rows[-1], key

@@ -145,6 +145,23 @@ def test_step_stats_count_only_ranked_trajectories():
   assert none["length_win_corr"] == 0.0 and none["advantage/zero_groups"] == 1.0
 
 
+def test_checker_agreement_hand_values():
+  # Group 0 agrees in full (tau 1); group 1's rewards are tied (no tau); group 2, masked to its
+  # first three, is reversed (tau -1): the mean over the two groups with a tau is 0.
+  reward_BG = np.array([[0., 1, 2, 3], [1, 1, 1, 1], [3, 2, 1, 9]])
+  checker_BG = np.array([[0., 1, 2, 3], [0, 1, 2, 3], [0, 1, 3, 0]])
+  mask_BG = np.array([[1, 1, 1, 1], [1, 1, 1, 1], [1, 1, 1, 0]], np.float32)
+  out = rl_stats.checker_agreement(reward_BG, checker_BG, mask_BG)
+  assert out == {"reward/checker_tau_groups": pytest.approx(2 / 3), "reward/checker_tau": 0.0}
+  # Of the six pairs, three concordant, two discordant and one tied on the checker's side:
+  # tau-b = (3 - 2) / sqrt(6 * (6 - 1)).
+  out = rl_stats.checker_agreement(np.array([[0., 1, 2, 3]]), np.array([[0., 2, 1, 1]]))
+  assert out["reward/checker_tau"] == pytest.approx(1 / math.sqrt(30))
+  # No group with a tau: only the share, 0.
+  assert rl_stats.checker_agreement(np.zeros((2, 3)), np.ones((2, 3))) == {
+      "reward/checker_tau_groups": 0.0}
+
+
 def test_tool_calls_by_tool_never_name_metrics_after_policy_text():
   ok = {"ok": True, "error_kind": None, "latency_s": 0.5}
   log_a = [dict(ok, name="search_poi"), dict(ok, name="search_poi", latency_s=1.5),

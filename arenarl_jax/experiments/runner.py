@@ -91,8 +91,7 @@ def seed_workdir(sft_dir: pathlib.Path, workdir: pathlib.Path) -> None:
 def ran_config_hash(workdir: pathlib.Path, drop: tuple[str, ...] = ()) -> str:
   """``study.digest`` of the config ``main`` wrote to ``<workdir>/config.json``."""
   tree = json.loads((workdir / "config.json").read_text())
-  tree = {k: v for k, v in tree.items() if k not in drop}
-  return study_lib.tree_digest(tree)
+  return study_lib.tree_digest(study_lib.without(tree, drop))
 
 
 def run_one(out: pathlib.Path, run: Run, say: Callable[[str], None]) -> dict:

@@ -17,7 +17,7 @@ import importlib.util
 import json
 import pathlib
 import re
-from typing import Any, Mapping
+from typing import Any, Callable, Mapping, Sequence
 
 import ml_collections
 
@@ -30,7 +30,9 @@ ROOT = pathlib.Path(__file__).resolve().parents[2]
 # Listing what SFT ignores (not what it reads) errs towards separate SFT stages, never towards
 # sharing one that a run's config would have trained differently.
 RL_ONLY = ("seed", "method", "advantage", "loss", "tournament", "judge", "rl", "optim", "eval",
-           "checkpoint", "metrics")
+           "checkpoint", "metrics",
+           # Single keys of sections SFT reads: how many trajectories RL samples per prompt.
+           "sampling.group_size")
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
 
 
@@ -88,11 +90,20 @@ def resolve(config: str, overrides: Mapping[str, Any], seed: int | None = None):
   return c
 
 
+def without(tree: dict[str, Any], drop: tuple[str, ...]) -> dict[str, Any]:
+  """``tree`` without the ``drop`` entries: sections (``"rl"``) or dotted keys
+  (``"sampling.group_size"``)."""
+  out = {k: v for k, v in tree.items() if k not in drop}
+  for dotted in (d for d in drop if "." in d):
+    section, _, rest = dotted.partition(".")
+    if isinstance(out.get(section), dict):
+      out[section] = without(out[section], (rest,))
+  return out
+
+
 def digest(config: ml_collections.ConfigDict, drop: tuple[str, ...] = ()) -> str:
-  """12 hex digits of sha256 over the config as sorted JSON, without the ``drop`` sections."""
-  tree = {k: v for k, v in json.loads(config.to_json_best_effort(sort_keys=True)).items()
-          if k not in drop}
-  return tree_digest(tree)
+  """12 hex digits of sha256 over the config as sorted JSON, without the ``drop`` entries."""
+  return tree_digest(without(json.loads(config.to_json_best_effort(sort_keys=True)), drop))
 
 
 def tree_digest(tree: dict[str, Any]) -> str:
@@ -105,9 +116,15 @@ def config_hash(run: Run) -> str:
   return digest(resolve(run.config, run.overrides, run.seed))
 
 
+def rl_only(key: str) -> bool:
+  """Whether the dotted override ``key`` lies in ``RL_ONLY`` (its section, or the key itself)."""
+  parts = key.split(".")
+  return any(".".join(parts[:i]) in RL_ONLY for i in range(1, len(parts) + 1))
+
+
 def sft_overrides(run: Run) -> dict[str, Any]:
   """The run's overrides the SFT stage reads (those outside ``RL_ONLY``)."""
-  return {k: v for k, v in run.overrides.items() if k.split(".")[0] not in RL_ONLY}
+  return {k: v for k, v in run.overrides.items() if not rl_only(k)}
 
 
 def sft_hash(run: Run) -> str:
@@ -131,6 +148,9 @@ class Study:
   claims: tuple[Any, ...]  # verdict.Claim
   bootstrap_samples: int = 2000
   bootstrap_seed: int = 0
+  # ``report(results) -> list[str]``: the study's own markdown lines (tables a generic arm table
+  # cannot hold: judge cost, the paper's numbers beside ours), placed after the claims.
+  report: Callable[[Sequence[dict]], list[str]] | None = None
 
   def arms(self) -> list[str]:
     """Arm names in the order their first run appears."""
@@ -152,7 +172,8 @@ def study_module(directory: str | pathlib.Path, defines: str):
 
 def load(directory: str | pathlib.Path, preset: str = "full") -> Study:
   """Reads ``<directory>/study.py``: ``runs(preset)``, ``CLAIMS`` and optional
-  ``BOOTSTRAP_SAMPLES`` / ``BOOTSTRAP_SEED``; checks names are unique and every config loads."""
+  ``BOOTSTRAP_SAMPLES`` / ``BOOTSTRAP_SEED`` / ``report``; checks names are unique and every
+  config loads."""
   directory, path, module = study_module(directory, "runs(preset)")
   runs = tuple(module.runs(preset))
   names = [r.name for r in runs]
@@ -162,4 +183,4 @@ def load(directory: str | pathlib.Path, preset: str = "full") -> Study:
     resolve(r.config, r.overrides, r.seed)  # a typo in an override fails before anything runs
   return Study(directory, preset, runs, tuple(getattr(module, "CLAIMS", ())),
                int(getattr(module, "BOOTSTRAP_SAMPLES", 2000)),
-               int(getattr(module, "BOOTSTRAP_SEED", 0)))
+               int(getattr(module, "BOOTSTRAP_SEED", 0)), getattr(module, "report", None))

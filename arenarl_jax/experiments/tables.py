@@ -74,7 +74,7 @@ def _cell(iv, signed: bool = False) -> str:
 
 def markdown(study: Study, results: Sequence[dict], figures: Sequence[str]) -> str:
   """The README block: per arm the pooled outcomes at the end and the change from the start,
-  then each claim's gap and verdict, then the figures."""
+  then each claim's gap and verdict, then the study's own ``report`` lines, then the figures."""
   samples, seed = study.bootstrap_samples, study.bootstrap_seed
   commits = sorted({(r["provenance"]["commit"][:10] + (" (dirty)" if r["provenance"]["dirty"]
                                                       else "")) for r in results})
@@ -106,6 +106,8 @@ def markdown(study: Study, results: Sequence[dict], figures: Sequence[str]) -> s
         cells = ("-", "-", f"not run yet ({e})")
       lines.append(f"| {claim.text} | {claim.source or '-'} | {LABELS[claim.metric]} | "
                    + " | ".join(cells) + " |")
+  if study.report is not None and results:
+    lines += ["", *study.report(results)]
   if figures:
     lines += [""] + [f"![{pathlib.Path(f).stem}]({f})" for f in figures]
   return "\n".join(lines)

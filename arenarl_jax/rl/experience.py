@@ -111,8 +111,13 @@ class Experience:
     stats.update(rl_stats.step_stats(groups, adv_BG, judged.rewards_BG, mask_BG))
     stats["valid_rate"] = float(batch.valid_rate)
     stats.update(rollout_stats.trajectory_metrics(flat, "rollout", self.tool_names))
+    if "judge/requests" in stats and groups:
+      stats["judge/requests_per_group"] = stats["judge/requests"] / len(groups)
     if self.truth is not None:
-      stats["reward/checker_mean"] = float(np.mean(self.truth.score(flat).scores))
+      checker_N = np.asarray(self.truth.score(flat).scores, np.float64)
+      stats["reward/checker_mean"] = float(np.mean(checker_N))
+      stats.update(rl_stats.checker_agreement(judged.rewards_BG,
+                                              checker_N.reshape(mask_BG.shape), mask_BG))
     stats.update(verifier_stats(self.env, flat))
     stats.update({"time/sample_s": float(batch.stats["device_s"]),
                   "time/tools_s": float(batch.stats["tool_s"]),

@@ -9,6 +9,7 @@ import time
 from typing import Any, Mapping, Sequence
 
 import numpy as np
+from scipy import stats as scipy_stats
 
 # Judge counters whose per-step change is reported (judges/stats.py COUNTERS).
 JUDGE_DELTAS = ("cache_hits", "retries", "parse_failures", "both_orders", "order_flips")
@@ -91,3 +92,31 @@ def _corr(x: np.ndarray, y: np.ndarray) -> float:
   if len(x) < 2 or np.std(x) == 0 or np.std(y) == 0:
     return 0.0
   return float(np.corrcoef(x, y)[0, 1])
+
+
+def checker_agreement(reward_BG: np.ndarray, checker_BG: np.ndarray,
+                      mask_BG: np.ndarray | None = None) -> dict[str, float]:
+  """How well one step's training rewards recover the noise-free checker's order in each group.
+
+  Per group, Kendall's tau-b between the rewards and the checker's scores of its ranked
+  trajectories (``mask_BG`` > 0); a group where either side is constant has no tau.
+  ``reward/checker_tau`` is the mean over the groups that have one (left out when none does),
+  ``reward/checker_tau_groups`` the share of groups that have one. A monitor only: the checker
+  never reaches the advantages.
+  """
+  reward_BG = np.asarray(reward_BG, np.float64)
+  checker_BG = np.asarray(checker_BG, np.float64)
+  keep_BG = (np.ones(reward_BG.shape, bool) if mask_BG is None
+             else np.asarray(mask_BG) > 0) & np.isfinite(reward_BG)
+  taus = []
+  for reward, checker, keep in zip(reward_BG, checker_BG, keep_BG):
+    x, y = reward[keep], checker[keep]
+    if len(x) < 2 or np.ptp(x) == 0 or np.ptp(y) == 0:
+      continue
+    tau = scipy_stats.kendalltau(x, y).statistic
+    if np.isfinite(tau):
+      taus.append(float(tau))
+  out = {"reward/checker_tau_groups": len(taus) / max(len(reward_BG), 1)}
+  if taus:
+    out["reward/checker_tau"] = float(np.mean(taus))
+  return out

@@ -7,7 +7,7 @@ models. For every (N, anchor case, noise, topology), one lockstep ``tournament.r
 ``--groups`` groups; we report Kendall's tau-b between the base rewards and q, top-1 accuracy
 (the best trajectory gets the top reward; 1/k when k players share it) and judge requests
 per group. The script rewrites the block
-between the result markers of README.md and saves topologies.png next to it.
+between the simulation markers of README.md and saves topologies.png next to it.
 """
 from __future__ import annotations
 
@@ -32,7 +32,9 @@ NOISES = (("exact", 0.0, 0.0), ("gaussian", 1.0, 0.0), ("gaussian", 2.0, 0.0),
           ("gaussian", 4.0, 0.0), ("bradley_terry", 0.5, 0.0), ("bradley_terry", 1.0, 0.0),
           ("gaussian", 2.0, 0.3))
 ANCHOR_BONUS = {"anchor ~ sample": 0.0, "strong anchor (+1)": 1.0}
-START, END = "<!-- results:start -->", "<!-- results:end -->"
+# Its own markers: the block between ``results:start`` / ``results:end`` is the training study's
+# (``study.py``, written by the experiment harness).
+START, END = "<!-- simulation:start -->", "<!-- simulation:end -->"
 
 
 def noise_label(noise: str, level: float, tie_rate: float) -> str:

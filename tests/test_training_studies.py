@@ -1,0 +1,122 @@
+"""The trained topology and group-size studies (``experiments/topologies``,
+``experiments/group_size``): each smoke preset end to end as the command a user types, into a copy
+of its folder, then the study's own report (judge cost, rank recovery, paper beside ours) on
+hand-built result files.
+
+Both smoke studies read the quickstart smoke's SFT stage: the group-size study's runs differ from
+it only in ``sampling.group_size`` and RL keys, so they share it too; the second study starts
+from a copy of the first's stage and trains none.
+"""
+import math
+import os
+import pathlib
+import shutil
+import subprocess
+import sys
+
+import pytest
+
+from arenarl_jax.experiments import run_stats, runner, tables
+from arenarl_jax.experiments import study as study_lib
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "tests"))
+import xla_flags  # noqa: E402  pylint: disable=wrong-import-position
+import study_folder  # tests/study_folder.py
+
+
+def _command(folder):
+  env = {**os.environ, "XLA_FLAGS": xla_flags.with_devices(1)}
+  proc = subprocess.run([sys.executable, "-m", "arenarl_jax.experiments.run", str(folder),
+                         "--preset=smoke", f"--out={folder}"], cwd=ROOT, env=env,
+                        capture_output=True, text=True, timeout=900, check=False)
+  assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+  return proc.stdout
+
+
+@pytest.fixture(scope="module")
+def studies(tmp_path_factory):
+  topo = study_folder.copy_study(tmp_path_factory, ROOT / "experiments" / "topologies")
+  topo_out = _command(topo)
+  sizes = study_folder.copy_study(tmp_path_factory, ROOT / "experiments" / "group_size")
+  (sft_dir,) = [p for p in (topo / "work").iterdir() if p.name.startswith("sft_")]
+  shutil.copytree(sft_dir, sizes / "work" / sft_dir.name)
+  sizes_out = _command(sizes)
+  return {"topologies": (topo, topo_out), "group_size": (sizes, sizes_out)}
+
+
+def _block(folder):
+  return (folder / "README.md").read_text().split(tables.START)[1].split(tables.END)[0]
+
+
+def test_topologies_smoke_reports_cost_and_rank_recovery(studies):
+  folder, stdout = studies["topologies"]
+  assert "ran 2 run(s), skipped 0" in stdout and stdout.count("sft stage") == 1
+  study = study_lib.load(folder, "smoke")
+  results = runner.load_results(folder, study.runs)
+  assert [r["run"] for r in results] == ["anchor_s0", "round_robin_s0"]
+  # One group of 4 per step: the anchor pass plays 3 matches, round robin 6; 2 requests each.
+  assert [r["steps"][0]["judge/requests_per_group"] for r in results] == [6.0, 12.0]
+  for r in results:
+    assert 0.0 <= r["steps"][0]["reward/checker_tau_groups"] <= 1.0
+  text = (folder / "README.md").read_text()
+  assert "<!-- simulation:start -->" in text  # the simulation's block is left alone
+  block = _block(folder)
+  assert "| anchor | 27.8 | 6.0 |" in block and "| round_robin | 32.9 | 12.0 |" in block
+  assert "| round_robin above anchor | ARENARL.md §4: 32.9 vs 27.8 |" in block
+  assert "not run yet" in block  # swiss and the eliminations have no smoke run
+  assert "Correlation over runs of rank recovery" in block and "n = " in block
+
+
+def test_group_size_smoke_keeps_trajectories_per_step_and_shares_sft(studies):
+  folder, stdout = studies["group_size"]
+  assert "ran 2 run(s), skipped 0" in stdout
+  assert "sft stage" not in stdout  # the copied stage is the one its sft_hash names
+  study = study_lib.load(folder, "smoke")
+  results = runner.load_results(folder, study.runs)
+  assert [(r["run"], r["overrides"]["rl.prompts_per_step"]) for r in results] == [
+      ("n2_s0", 2), ("n4_s0", 1)]
+  # Seeded single elimination plays 2(N - 1) matches per group, 2 requests each.
+  assert [r["steps"][0]["judge/requests_per_group"] for r in results] == [4.0, 12.0]
+  assert [r["steps"][0]["judge/requests"] for r in results] == [8.0, 12.0]
+  assert len({r["provenance"]["sft_hash"] for r in results}) == 1
+  block = _block(folder)
+  assert "| n2 | 8.0 | 4.0 |" in block and "| n4 | 12.0 | 12.0 |" in block
+
+
+# ------------------------------------------------------------ run statistics on hand-built files
+def _run(arm, seed, steps, met):
+  return {"arm": arm, "seed": seed, "steps": steps,
+          "tasks": {f"t{k}": {"met_start": s, "met_end": e} for k, (s, e) in enumerate(met)}}
+
+
+def test_step_means_gains_and_their_correlation_by_hand():
+  a = _run("x", 0, [{"reward/checker_tau": 0.2}, {"reward/checker_tau": 0.4}, {}],
+           [(0.0, 0.5), (0.5, 0.5)])
+  assert run_stats.step_mean(a, "reward/checker_tau") == pytest.approx(0.3)
+  assert math.isnan(run_stats.step_mean(a, "judge/requests"))
+  assert run_stats.gain(a, "met") == pytest.approx(0.25)
+  b = _run("x", 1, [{"reward/checker_tau": 0.5}], [(0.0, 0.0)])
+  assert run_stats.arm_step_mean([b, a], "x", "reward/checker_tau") == pytest.approx(0.4)
+  assert [r["seed"] for r in run_stats.arm_runs([b, a], "x")] == [0, 1]
+  # Points on a line: r = 1 and every resample that varies gives 1.
+  r, low, high, n = run_stats.correlation([0, 1, 2, 3], [1, 3, 5, 7], samples=200)
+  assert (r, low, high, n) == pytest.approx((1.0, 1.0, 1.0, 4))
+  # r by hand: x = (0, 1, 2), y = (0, 2, 1): cov 0.5, var 1 and 1 -> r = 0.5.
+  assert run_stats.correlation([0, 1, 2], [0, 2, 1], samples=200)[0] == pytest.approx(0.5)
+  assert all(math.isnan(v) for v in run_stats.correlation([1, 1, 1], [0, 1, 2])[:3])
+  assert run_stats.correlation([0, float("nan"), 1], [0, 1, 1])[3] == 2
+
+
+def test_rl_only_keys_leave_the_sft_hash_alone():
+  tree = {"rl": {"steps": 1}, "sampling": {"group_size": 4, "max_new_tokens": 8}, "model": 1}
+  assert study_lib.without(tree, study_lib.RL_ONLY) == {
+      "sampling": {"max_new_tokens": 8}, "model": 1}
+  assert study_lib.rl_only("sampling.group_size") and study_lib.rl_only("rl.steps")
+  assert not study_lib.rl_only("sampling.max_new_tokens")
+  base = study_lib.Run("a", "a", "configs/quickstart.py:smoke", 0)
+  sized = study_lib.Run("b", "b", "configs/quickstart.py:smoke", 0, {"sampling.group_size": 4})
+  longer = study_lib.Run("c", "c", "configs/quickstart.py:smoke", 0,
+                         {"sampling.max_new_tokens": 16})
+  assert study_lib.sft_hash(base) == study_lib.sft_hash(sized) != study_lib.sft_hash(longer)
+  assert study_lib.sft_overrides(sized) == {}
