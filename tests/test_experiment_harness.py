@@ -27,7 +27,7 @@ sys.path.insert(0, str(ROOT / "tests"))
 import xla_flags  # noqa: E402  pylint: disable=wrong-import-position
 import study_folder  # tests/study_folder.py
 
-OUTPUTS = ("results.csv", "steps.csv", "README.md", "arms.png", "curves.png")
+OUTPUTS = ("results.csv", "steps.csv", "claims.csv", "README.md", "arms.png", "curves.png")
 
 
 def _command(folder):
@@ -85,6 +85,12 @@ def test_the_tables_figures_and_readme_block(smoke):
   with open(folder / "steps.csv", encoding="utf-8") as f:
     steps = list(csv.DictReader(f))
   assert len(steps) == 3 and {"run", "step", "reward/mean", "verifier/met_rate"} <= set(steps[0])
+  with open(folder / "claims.csv", encoding="utf-8") as f:
+    claim_rows = list(csv.DictReader(f))
+  assert [r["verdict"] for r in claim_rows] == ["cannot tell"] * 3 + ["not run yet"]
+  assert claim_rows[0]["command"] == ("python -m arenarl_jax.experiments.run "
+                                      "experiments/quickstart_control --preset=smoke")
+  assert claim_rows[0]["seeds"] == "2" and claim_rows[0]["tasks"] == "5"
   for name in ("arms.png", "curves.png"):
     assert (folder / name).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
   text = (folder / "README.md").read_text()

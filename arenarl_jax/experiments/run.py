@@ -4,7 +4,8 @@
 
 Reads ``<study>/study.py`` (``study.py``), runs the pipeline for every run whose result file is
 missing (``runner.py``; shared SFT stages first), then writes into the output folder, from the
-result files alone: ``results.csv``, ``steps.csv``, ``arms.png``, ``curves.png`` and the block
+result files alone: ``results.csv``, ``steps.csv``, ``claims.csv`` (each claim's gap and
+verdict), ``arms.png``, ``curves.png`` and the block
 between the results markers of its ``README.md``. ``--out`` defaults to the study folder for the
 ``full`` preset (its results are the study's and are committed) and to
 ``<study>/work/<preset>`` for any other preset (a check, not a result). ``--tables-only``
@@ -28,6 +29,7 @@ def build_outputs(study: study_lib.Study, out: pathlib.Path, results: list[dict]
   """The CSVs, the figures and the README block, from ``results``."""
   (out / "results.csv").write_text(tables.results_csv(results))
   (out / "steps.csv").write_text(tables.steps_csv(results))
+  (out / "claims.csv").write_text(tables.claims_csv(study, results))
   drawn = []
   if results:
     arms = [a for a in study.arms() if any(r["arm"] == a for r in results)]

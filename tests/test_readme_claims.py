@@ -1,0 +1,73 @@
+"""The README's claims tables (``scripts/readme_claims.py``): the committed block is what the
+experiments' CSVs say, and the rendering follows the verdict rule on hand-built CSVs."""
+import csv
+import pathlib
+import sys
+
+import pytest
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "scripts"))
+import readme_claims  # noqa: E402  pylint: disable=wrong-import-position
+
+from arenarl_jax.experiments import tables  # noqa: E402
+
+
+def test_the_readme_block_matches_the_experiments_csvs(capsys):
+  assert readme_claims.main(["--check"]) == 0, capsys.readouterr().out
+  block, rows, found = readme_claims.render()
+  assert readme_claims.BEGIN + "\n" + block + "\n" + readme_claims.END in (
+      ROOT / "README.md").read_text(encoding="utf-8")
+  assert found >= 1 and rows >= 1  # judge_agreement's summary.csv is committed
+  assert capsys.readouterr().out.strip().endswith(f"RESULT readme_claims={rows} "
+                                                  f"studies_run={found}")
+
+
+def _write(path, header, rows):
+  path.parent.mkdir(parents=True, exist_ok=True)
+  with open(path, "w", encoding="utf-8", newline="") as f:
+    writer = csv.DictWriter(f, fieldnames=header)
+    writer.writeheader()
+    writer.writerows(rows)
+
+
+def test_rows_follow_the_csvs_and_the_verdict_rule(tmp_path):
+  base = {"study": "topologies", "outcome": "met", "arm": "round_robin", "versus": "anchor",
+          "direction": 1, "paper": "ARENARL.md §4: 32.9 vs 27.8",
+          "command": "python -m arenarl_jax.experiments.run experiments/topologies"}
+  _write(tmp_path / "experiments" / "topologies" / "claims.csv", tables.CLAIM_KEYS, [
+      {**base, "claim": "round_robin above anchor", "gap": "0.0200", "low": "0.0050",
+       "high": "0.0400", "seeds": 3, "tasks": 250, "verdict": "reproduced"},
+      {**base, "claim": "swiss above anchor", "verdict": "not run yet"}])
+  header = ["judge", "bin", "pairs", "agreement", "agreement_low", "agreement_high"]
+  _write(tmp_path / "experiments" / "judge_agreement" / "summary.csv", header, [
+      {"judge": "good", "bin": "small", "pairs": 6, "agreement": 0.1, "agreement_low": 0.0,
+       "agreement_high": 0.2},  # only the "all" bin makes a row
+      {"judge": "good", "bin": "all", "pairs": 18, "agreement": 0.8, "agreement_low": 0.6,
+       "agreement_high": 0.9},
+      {"judge": "bad", "bin": "all", "pairs": 18, "agreement": 0.3, "agreement_low": 0.1,
+       "agreement_high": 0.45},
+      {"judge": "even", "bin": "all", "pairs": 18, "agreement": 0.5, "agreement_low": 0.5,
+       "agreement_high": 0.7}])
+  block, rows, found = readme_claims.render(tmp_path)
+  assert (rows, found) == (5, 2)
+  lines = block.splitlines()
+  assert ("| round_robin above anchor (met) | ARENARL.md §4: 32.9 vs 27.8 | +0.020 [+0.005, +0.040]"
+          " | 3 x 250 | **reproduced** | `python -m arenarl_jax.experiments.run "
+          "experiments/topologies` |") in lines
+  assert any(l.startswith("| swiss above anchor (met) |") and "| - | - | **not run yet** |" in l
+             for l in lines)
+  verdicts = {l.split(" agrees")[0][2:]: l.split("**")[1] for l in lines if " agrees " in l}
+  # Agreement minus chance: [+0.1, +0.4] above 0, [-0.4, -0.05] below, [0, +0.2] touches 0.
+  assert verdicts == {"good": "reproduced", "bad": "contradicted", "even": "cannot tell"}
+  # The four studies without a CSV: one row each that names its command.
+  assert block.count("| not run yet | - | - | - | - |") == 4
+  assert "`python -m arenarl_jax.experiments.run experiments/group_size` |" in block
+
+
+def test_the_block_needs_its_markers_once():
+  text = f"a\n{readme_claims.BEGIN}\nold\n{readme_claims.END}\nb\n"
+  assert readme_claims.replace_block(text, "new") == (
+      f"a\n{readme_claims.BEGIN}\nnew\n{readme_claims.END}\nb\n")
+  with pytest.raises(ValueError, match="markers"):
+    readme_claims.replace_block("no markers", "new")
