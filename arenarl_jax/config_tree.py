@@ -135,7 +135,12 @@ def make_base_config() -> ml_collections.ConfigDict:
       log_every=10,  # steps between metric rows (and the progress bar's loss)
   )
   c.eval = defaults(eval_settings.EvalSettings)  # eval/settings.py: when, how many, intervals
-  c.advantage = dict(source="arena")  # arena | pointwise
+  c.advantage = dict(
+      source="arena",  # arena | pointwise
+      # pointwise: requests per trajectory, averaged (4(N-1)/N matches seeded single
+      # elimination's judge budget per group of N)
+      pointwise_repeats=1,
+  )
   c.loss = dict(
       ratio="token",  # token | sequence (GSPO)
       kl="k3",  # k1 | k2 | k3

@@ -173,3 +173,56 @@ def test_control_names_the_config_key_for_an_unknown_value():
     _controlled("shuffle")
   with pytest.raises(ValueError, match="does not match"):
     _controlled("permute", mask=MASK_BG[:, :2])
+
+
+class _ScriptedScores:
+  """A judge whose k-th ``score`` call returns ``calls[k]`` (NaN = a failed request)."""
+
+  def __init__(self, calls):
+    self.calls, self.seen = [np.asarray(c, np.float64) for c in calls], 0
+
+  def score(self, trajectories):
+    from arenarl_jax.judges.verdict import PointwiseScores  # pylint: disable=g-import-not-at-top
+    values = self.calls[self.seen]
+    self.seen += 1
+    assert len(trajectories) == len(values)
+    ok = np.isfinite(values)
+    return PointwiseScores(np.where(ok, values, 0.0).astype(np.float32), ok,
+                           (None,) * len(values))
+
+
+def _config(repeats):
+  from arenarl_jax import config_tree  # pylint: disable=g-import-not-at-top
+  c = config_tree.make_base_config()
+  c.advantage.pointwise_repeats = repeats
+  return c
+
+
+def test_pointwise_repeats_average_the_successful_requests_by_hand():
+  groups = [["a", "b"], ["c", "d"]]
+  judge = _ScriptedScores([[8, 8, 5, 5], [8, 6, 7, np.nan], [8, 7, 6, np.nan]])
+  judged = advantages.pointwise(groups, judge, _config(3), step=0)
+  assert judge.seen == 3  # three requests per trajectory
+  # Means of the successful scores: a 8, b 7, c 6, d 5 (its two failed requests left out).
+  np.testing.assert_allclose(judged.rewards_BG, [[8, 7], [6, 5]])
+  # Standardised with the unbiased std of two values: +-0.5 / sqrt(0.5) = +-1 / sqrt(2).
+  np.testing.assert_allclose(judged.advantages_BG, np.array([[1, -1], [1, -1]]) / np.sqrt(2),
+                             atol=1e-5)
+  assert judged.stats["judge/requests"] == 12 and judged.stats["judge/failures"] == 2
+  # The first request alone tied both groups: the collapse one pointwise request shows.
+  assert judged.stats["judge/pointwise_tied_groups"] == 1.0
+
+
+def test_pointwise_repeats_one_is_one_request_and_bad_values_name_the_key():
+  judge = _ScriptedScores([[3, 3, 1, 2]])
+  judged = advantages.pointwise([["a", "b"], ["c", "d"]], judge, _config(1), step=0)
+  assert judge.seen == 1 and judged.stats["judge/requests"] == 4
+  assert judged.stats["judge/pointwise_tied_groups"] == 0.5
+  for bad in (0, 1.5, True):
+    with pytest.raises(ValueError, match="advantage.pointwise_repeats"):
+      advantages.pointwise_repeats(_bad(bad))
+
+
+def _bad(value):
+  import ml_collections  # pylint: disable=g-import-not-at-top
+  return ml_collections.ConfigDict({"advantage": {"pointwise_repeats": value}})

@@ -220,3 +220,12 @@ def test_rollout_log_marks_unranked_trajectories(tmp_path):
   rec = rollout_log.group_record(1, 0, marked, np.zeros(3), np.array([1.0, 0.0, np.nan]))
   assert [t["ranked"] for t in rec["trajectories"]] == [True, True, False]
   assert rec["trajectories"][2]["reward"] is None  # a failed pointwise score: no number
+
+
+def test_tie_shares_by_hand():
+  values_BG = np.array([[1.0, 1.0, 1.0], [1.0, 2.0, 2.0], [1.0, 2.0, 3.0], [5.0, np.nan, np.nan]])
+  # All tied: rows 0 and 3 (one value only); any tie: rows 0 and 1.
+  assert rl_stats.tie_shares(values_BG) == (0.5, 0.5)
+  out = rl_stats.step_stats([[traj(1, "a"), traj(1, "b")], [traj(1, "c"), traj(1, "d")]],
+                            np.zeros((2, 2)), np.array([[0.5, 0.5], [1.0, 0.0]]))
+  assert (out["reward/all_tied_groups"], out["reward/any_tied_groups"]) == (0.5, 0.5)

@@ -28,6 +28,7 @@ import ml_collections
 import numpy as np
 
 from arenarl_jax import tournament
+from arenarl_jax.rl import stats as rl_stats
 from arenarl_jax.tournament import diagnostics
 from arenarl_jax.tournament.rewards import standardize, standardize_ranked, trainable
 
@@ -118,17 +119,45 @@ def arena(groups: Sequence[Sequence[Any]], judge: Any, config: ml_collections.Co
                 np.stack([r.base_rewards for r in results]), results, stats, mask_BG)
 
 
+def pointwise_repeats(config: ml_collections.ConfigDict) -> int:
+  """``advantage.pointwise_repeats``: how many times each trajectory is scored (averaged)."""
+  repeats = config.advantage.pointwise_repeats
+  if not isinstance(repeats, int) or isinstance(repeats, bool) or repeats < 1:
+    raise ValueError(f"advantage.pointwise_repeats must be an int >= 1, got {repeats!r}")
+  return repeats
+
+
 def pointwise(groups: Sequence[Sequence[Any]], judge: Any, config: ml_collections.ConfigDict, *,
               step: int, first_group: int = 0) -> Judged:
-  """GRPO/GSPO: each trajectory scored alone, standardised within its group."""
-  del config, step, first_group  # the judge's offset places the share (experience.ShareJudge)
+  """GRPO/GSPO: each trajectory scored alone, standardised within its group.
+
+  With ``advantage.pointwise_repeats`` = K each trajectory is scored K times (K requests, each
+  with the judge's own noise) and its reward is the mean of its successful scores: at K = 4(N-1)/N
+  a group costs the judge as many requests as seeded single elimination's, the equal budget a
+  comparison of the two needs. ``judge/pointwise_tied_groups`` is the share of groups whose first
+  request scored every judged trajectory the same: the discriminative collapse one pointwise
+  request shows before any averaging.
+  """
+  del step, first_group  # the judge's offset places the share (experience.ShareJudge)
   flat = [t for g in groups for t in g]
-  scored = judge.score(flat)
-  ok_BG = np.asarray(scored.ok, bool).reshape(len(groups), -1)
+  sums_N = np.zeros(len(flat), np.float64)
+  counts_N = np.zeros(len(flat), np.int64)
+  tied = None
+  for _ in range(pointwise_repeats(config)):
+    scored = judge.score(flat)
+    ok_N = np.asarray(scored.ok, bool)
+    scores_N = np.where(ok_N, np.asarray(scored.scores, np.float64), 0.0)
+    sums_N += scores_N
+    counts_N += ok_N
+    if tied is None:
+      tied = rl_stats.tie_shares(np.where(ok_N, scores_N, np.nan).reshape(len(groups), -1))[0]
+  ok_BG = (counts_N > 0).reshape(len(groups), -1)
   # A failed score is no score: NaN in the rewards (null in the rollout log), never a number.
-  rewards_BG = np.where(ok_BG, np.asarray(scored.scores, np.float64).reshape(ok_BG.shape), np.nan)
+  rewards_BG = np.where(ok_BG, (sums_N / np.maximum(counts_N, 1)).reshape(ok_BG.shape), np.nan)
   mask_BG = pointwise_mask(ok_BG)
-  stats = {"judge/requests": float(len(flat)), "judge/failures": float(np.sum(~ok_BG))}
+  requests = pointwise_repeats(config) * len(flat)
+  stats = {"judge/requests": float(requests), "judge/failures": float(requests - counts_N.sum()),
+           "judge/pointwise_tied_groups": tied}
   stats.update(mask_stats(mask_BG))
   return Judged(pointwise_advantages(rewards_BG, ok_BG), rewards_BG, None, stats, mask_BG)
 

@@ -77,7 +77,11 @@ def step_stats(groups: Sequence[Sequence[Any]], adv_BG: np.ndarray, reward_BG: n
   answer = np.asarray([len(t.final_answer) for t in flat], np.float64)[keep_N]
   if not keep_N.any():
     adv_N = reward_N = np.zeros(1)
+  masked_BG = np.where(np.ones(adv_BG.shape, bool) if mask_BG is None else
+                       np.asarray(mask_BG) > 0, np.asarray(reward_BG, np.float64), np.nan)
+  all_tied, any_tied = tie_shares(masked_BG)
   return {
+      "reward/all_tied_groups": all_tied, "reward/any_tied_groups": any_tied,
       "reward/mean": float(reward_N.mean()), "reward/std": float(reward_N.std()),
       "advantage/mean": float(adv_N.mean()), "advantage/std": float(adv_N.std()),
       "advantage/abs_max": float(np.abs(adv_N).max()),
@@ -85,6 +89,21 @@ def step_stats(groups: Sequence[Sequence[Any]], adv_BG: np.ndarray, reward_BG: n
       "length_win_corr": _corr(sampled, adv_N),
       "answer_chars_win_corr": _corr(answer, adv_N),
   }
+
+
+def tie_shares(values_BG: np.ndarray) -> tuple[float, float]:
+  """(share of groups whose finite values are all equal, share with at least one tie) over the
+  groups of ``values_BG`` [B, G] (NaN = no value). All tied: the group gives no trajectory an
+  advantage over another (one with fewer than two values counts too); any tie: some pair of its
+  trajectories is left unordered (a tournament's shared rank, a pointwise score given twice)."""
+  all_tied, any_tied = [], []
+  for row in np.asarray(values_BG, np.float64):
+    row = row[np.isfinite(row)]
+    all_tied.append(len(row) < 2 or bool(np.ptp(row) == 0))
+    any_tied.append(len(np.unique(row)) < len(row))
+  if not all_tied:
+    return 0.0, 0.0
+  return float(np.mean(all_tied)), float(np.mean(any_tied))
 
 
 def _corr(x: np.ndarray, y: np.ndarray) -> float:
