@@ -1,12 +1,13 @@
-"""The trained topology and group-size studies (``experiments/topologies``,
-``experiments/group_size``): each smoke preset end to end as the command a user types, into a copy
-of its folder, then the study's own report (judge cost, rank recovery, paper beside ours) on
+"""The trained studies (``experiments/topologies``, ``experiments/group_size``,
+``experiments/arena_vs_pointwise``): each smoke preset end to end as the command a user types,
+into a copy of its folder, then the studies' own report (judge cost, rank recovery, ties) on
 hand-built result files.
 
-Both smoke studies read the quickstart smoke's SFT stage: the group-size study's runs differ from
-it only in ``sampling.group_size`` and RL keys, so they share it too; the second study starts
-from a copy of the first's stage and trains none.
+All three smoke studies read the quickstart smoke's SFT stage: their runs differ from it only in
+RL keys and ``sampling.group_size``, so they share it; the later studies start from a copy of the
+first's stage and train none.
 """
+import csv
 import math
 import os
 import pathlib
@@ -42,7 +43,11 @@ def studies(tmp_path_factory):
   (sft_dir,) = [p for p in (topo / "work").iterdir() if p.name.startswith("sft_")]
   shutil.copytree(sft_dir, sizes / "work" / sft_dir.name)
   sizes_out = _command(sizes)
-  return {"topologies": (topo, topo_out), "group_size": (sizes, sizes_out)}
+  versus = study_folder.copy_study(tmp_path_factory, ROOT / "experiments" / "arena_vs_pointwise")
+  shutil.copytree(sft_dir, versus / "work" / sft_dir.name)
+  versus_out = _command(versus)
+  return {"topologies": (topo, topo_out), "group_size": (sizes, sizes_out),
+          "arena_vs_pointwise": (versus, versus_out)}
 
 
 def _block(folder):
@@ -82,6 +87,28 @@ def test_group_size_smoke_keeps_trajectories_per_step_and_shares_sft(studies):
   assert len({r["provenance"]["sft_hash"] for r in results}) == 1
   block = _block(folder)
   assert "| n2 | 8.0 | 4.0 |" in block and "| n4 | 12.0 | 12.0 |" in block
+
+
+def test_arena_vs_pointwise_smoke_spends_equal_judge_budgets(studies):
+  folder, stdout = studies["arena_vs_pointwise"]
+  assert "ran 2 run(s), skipped 0" in stdout and "sft stage" not in stdout
+  study = study_lib.load(folder, "smoke")
+  results = runner.load_results(folder, study.runs)
+  assert [r["run"] for r in results] == ["arena_pwsat_s0", "grpo_pwsat_s0"]
+  arena, grpo = (r["steps"][0] for r in results)
+  # 12 requests per group of 4 both ways: 2(N - 1) matches in two orders; 3 scores each of 4.
+  assert arena["judge/requests_per_group"] == grpo["judge/requests_per_group"] == 12.0
+  assert 0.0 <= grpo["judge/pointwise_tied_groups"] <= 1.0
+  assert "judge/pointwise_tied_groups" not in arena
+  for row in (arena, grpo):
+    assert 0.0 <= row["reward/all_tied_groups"] <= row["reward/any_tied_groups"] <= 1.0
+  with open(folder / "claims.csv", encoding="utf-8") as f:
+    claim_rows = list(csv.DictReader(f))
+  assert len(claim_rows) == 18  # 3 regimes x 2 baselines x 3 outcomes
+  assert [r["verdict"] for r in claim_rows[:3]] == ["cannot tell"] * 3  # pwsat vs grpo: 1 seed
+  assert all(r["verdict"] == "not run yet" for r in claim_rows[3:])
+  block = _block(folder)
+  assert "| arena_pwsat | 41.8 | 12.0 | n/a |" in block and "| grpo_pwsat | 16.4 | 12.0 |" in block
 
 
 # ------------------------------------------------------------ run statistics on hand-built files

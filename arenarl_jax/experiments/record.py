@@ -21,7 +21,8 @@ STEP_KEYS = ("reward/mean", "reward/std", "reward/checker_mean", "reward/checker
              "valid_rate", "advantage/std", "advantage/zero_groups", "loss", "pg_loss", "kl",
              "entropy", "grad_norm", "clip_frac_low", "clip_frac_high",
              "rollout/sampled_tokens_mean", "rollout/finish/length", "judge/requests",
-             "judge/requests_per_group", "judge/failures", "time/step_s")
+             "judge/requests_per_group", "judge/failures", "judge/pointwise_tied_groups",
+             "reward/all_tied_groups", "reward/any_tied_groups", "time/step_s")
 # Per-task outcomes, each at the start (step 0) and at the end: the task's mean over its
 # trajectories; ``win_vs_reference`` is the noise-free checker's match outcome (1, 0.5, 0; a
 # failed match is left out, a task with only failed matches has None).
