@@ -112,6 +112,24 @@ def test_a_second_command_skips_every_run_and_rewrites_identical_outputs(smoke):
   assert {name: (folder / name).read_bytes() for name in OUTPUTS} == before
 
 
+def test_refresh_rereads_a_result_files_records_from_its_workdir(smoke):
+  folder, _, study = smoke
+  path = runner.result_path(folder, study.runs[0])
+  original = path.read_text()
+  rec = json.loads(original)
+  assert rec["finish"]["start"] and sum(rec["finish"]["end"].values()) == 5  # 5 test tasks
+  # A file written before "valid" and the finish reasons were recorded:
+  for task in rec["tasks"].values():
+    del task["valid_start"], task["valid_end"]
+  del rec["finish"]
+  path.write_text(json.dumps(rec))
+  old = runner.load_results(folder, study.runs)
+  iv = pooling.arm_interval(old[:1], "arena", "valid", "end", samples=50)
+  assert np.isnan(iv.value)  # the missing outcome is NaN in the tables, not an error
+  assert runner.refresh(folder, study.runs) == ["arena_s0", "arena_s1", "permute_s0"]
+  assert path.read_text() == original
+
+
 # ------------------------------------------------------------ statistics on hand-built numbers
 def test_one_seed_is_exactly_the_task_bootstrap():
   tasks_K = np.array([0.0, 1.0, 0.5, 1.0, 0.0, 0.25])

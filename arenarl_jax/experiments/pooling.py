@@ -30,7 +30,8 @@ def values(results: Sequence[dict], arm: str, metric: str, when: str = "end",
   seeds = sorted(runs) if seeds is None else list(seeds)
   tasks = sorted(set.intersection(*(set(runs[s]["tasks"]) for s in seeds)))
   key = f"{metric}_{when}"
-  table = [[runs[s]["tasks"][t][key] for t in tasks] for s in seeds]
+  # .get: a result file written before an outcome was recorded has none of it (NaN).
+  table = [[runs[s]["tasks"][t].get(key) for t in tasks] for s in seeds]
   return seeds, tasks, np.array([[np.nan if v is None else v for v in row] for row in table],
                                 np.float64).reshape(len(seeds), len(tasks))
 

@@ -24,9 +24,10 @@ STEP_KEYS = ("reward/mean", "reward/std", "reward/checker_mean", "reward/checker
              "judge/requests_per_group", "judge/failures", "judge/pointwise_tied_groups",
              "reward/all_tied_groups", "reward/any_tied_groups", "time/step_s")
 # Per-task outcomes, each at the start (step 0) and at the end: the task's mean over its
-# trajectories; ``win_vs_reference`` is the noise-free checker's match outcome (1, 0.5, 0; a
-# failed match is left out, a task with only failed matches has None).
-OUTCOMES = ("solved", "met", "win_vs_reference")
+# trajectories; ``valid`` is the evaluation's valid-generation flag (a final answer within the
+# limits that the environment accepts); ``win_vs_reference`` is the noise-free checker's match
+# outcome (1, 0.5, 0; a failed match is left out, a task with only failed matches has None).
+OUTCOMES = ("valid", "solved", "met", "win_vs_reference")
 
 
 def parse_result_line(text: str) -> dict[str, float | int | str]:
@@ -72,6 +73,8 @@ def task_outcomes(eval_file: str) -> dict[str, dict[str, Any]]:
     task = row["task_id"]
     subtask[task] = row.get("subtask")
     acc = per_task.setdefault(task, {k: [] for k in OUTCOMES})
+    if row.get("valid") is not None:
+      acc["valid"].append(float(bool(row["valid"])))
     if row.get("total") is not None:
       acc["solved"].append(float(bool(row["solved"])))
       acc["met"].append(row["met"] / row["total"] if row["total"] else 0.0)
@@ -80,6 +83,23 @@ def task_outcomes(eval_file: str) -> dict[str, dict[str, Any]]:
         acc["win_vs_reference"].append(float(m["outcome"]))
   return {t: {"subtask": subtask[t], **{k: _mean(v) for k, v in acc.items()}}
           for t, acc in sorted(per_task.items())}
+
+
+def finish_reasons(eval_file: str) -> dict[str, int]:
+  """How the evaluation's trajectories ended (answer, length, max_turns, invalid, error: counts
+  over all tasks), from its summary row; {} when it has none."""
+  for row in jsonl.read_jsonl(eval_file):
+    if row.get("kind") == "summary":
+      return dict(row.get("generation", {}).get("overall", {}).get("finish", {}))
+  return {}
+
+
+def finishes(workdir: str) -> dict[str, dict[str, int]]:
+  """``finish_reasons`` of the start's evaluation and of the newest one."""
+  files = eval_files(workdir)
+  if not files:
+    return {}
+  return {"start": finish_reasons(files[min(files)]), "end": finish_reasons(files[max(files)])}
 
 
 def eval_files(workdir: str) -> dict[int, str]:

@@ -9,7 +9,8 @@ verdict), ``arms.png``, ``curves.png`` and the block
 between the results markers of its ``README.md``. ``--out`` defaults to the study folder for the
 ``full`` preset (its results are the study's and are committed) and to
 ``<study>/work/<preset>`` for any other preset (a check, not a result). ``--tables-only``
-rebuilds the outputs without running anything.
+rebuilds the outputs without running anything; ``--refresh`` first re-reads the result files'
+records from the runs' workdirs (when the record has grown a field since they were written).
 """
 from __future__ import annotations
 
@@ -46,12 +47,17 @@ def main(argv: list[str] | None = None) -> int:
   parser.add_argument("--preset", default="full")
   parser.add_argument("--out", default="", help="output folder (see above)")
   parser.add_argument("--tables-only", action="store_true")
+  parser.add_argument("--refresh", action="store_true",
+                      help="re-read the result files' per-step and per-task records from the "
+                           "runs' workdirs where they exist (runner.refresh), then rebuild")
   args = parser.parse_args(argv)
   study = study_lib.load(args.study, args.preset)
   out = pathlib.Path(args.out).resolve() if args.out else default_out(study.directory,
                                                                       args.preset)
   out.mkdir(parents=True, exist_ok=True)
   say = lambda text: print(text, flush=True)  # noqa: E731
+  if args.refresh:
+    say(f"refreshed {len(runner.refresh(out, study.runs))} result file(s) from their workdirs")
   if not args.tables_only:
     status = runner.run_missing(out, study.runs, say)
     skipped = [n for n, s in status.items() if s == "skipped"]

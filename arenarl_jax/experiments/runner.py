@@ -112,6 +112,7 @@ def run_one(out: pathlib.Path, run: Run, say: Callable[[str], None]) -> dict:
       "final_step": record.final_step(str(workdir)),
       "steps": record.step_rows(str(workdir)),
       "tasks": record.tasks(str(workdir)),
+      "finish": record.finishes(str(workdir)),
       # The hash of the config ``main`` wrote (what ran); ``study.config_hash`` predicts it.
       "provenance": {**state, "config_hash": ran_config_hash(workdir),
                      "sft_hash": study_lib.sft_hash(run) if run.share_sft else None,
@@ -137,6 +138,27 @@ def run_missing(out: pathlib.Path, runs: tuple[Run, ...],
     run_one(out, run, say)
     status[run.name] = "ran"
   return status
+
+
+def refresh(out: pathlib.Path, runs: tuple[Run, ...]) -> list[str]:
+  """Re-reads what a result file takes from its run's workdir (steps, tasks, finishes), for the
+  result files whose workdir is still there: a file written before the record grew a field
+  gains it from the same evaluation logs. Its RESULT keys and provenance stay as they were.
+  Returns the refreshed runs' names."""
+  done = []
+  for run in runs:
+    path, workdir = result_path(out, run), out / "work" / run.name
+    if not path.is_file() or not (workdir / "eval").is_dir():
+      continue
+    rec = json.loads(path.read_text())
+    rec.update({"final_step": record.final_step(str(workdir)),
+                "steps": record.step_rows(str(workdir)), "tasks": record.tasks(str(workdir)),
+                "finish": record.finishes(str(workdir))})
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(json.dumps(record.clean(rec), indent=1, sort_keys=True) + "\n")
+    os.replace(tmp, path)
+    done.append(run.name)
+  return done
 
 
 def load_results(out: pathlib.Path, runs: tuple[Run, ...]) -> list[dict]:

@@ -28,7 +28,9 @@ RESULT_KEYS = ("win_rate_vs_sft", "ci_low", "ci_high", "win_rate_vs_reference", 
 PROVENANCE_KEYS = ("commit", "dirty", "config_hash", "sft_hash", "jax", "flax", "optax", "numpy",
                    "python", "load_start", "load_end", "wall_s")
 RUN_KEYS = ("run", "arm", "seed", "final_step", "config", "overrides")
-LABELS = {"solved": "solved", "met": "requirements met", "win_vs_reference": "win vs reference"}
+LABELS = {"valid": "valid", "solved": "solved", "met": "requirements met",
+          "win_vs_reference": "win vs reference"}
+GAPS = ("valid", "solved", "met")  # outcomes whose change from the start the arm table shows
 
 
 def _csv(header: Sequence[str], rows: Sequence[dict]) -> str:
@@ -116,12 +118,12 @@ def markdown(study: Study, results: Sequence[dict], figures: Sequence[str]) -> s
            f"tasks, {samples} resamples].", ""]
   arms = [a for a in study.arms() if any(r["arm"] == a for r in results)]
   head = ["arm", "seeds", "tasks"] + [f"{LABELS[m]} (end)" for m in OUTCOMES] + [
-      f"{LABELS[m]}: end - start" for m in ("solved", "met")]
+      f"{LABELS[m]}: end - start" for m in GAPS]
   lines += ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
   for arm in arms:
     ends = [pooling.arm_interval(results, arm, m, "end", samples, seed) for m in OUTCOMES]
     gaps = [pooling.gap_interval(results, arm, pooling.START, m, samples, seed)
-            for m in ("solved", "met")]
+            for m in GAPS]
     seeds = sorted(r["seed"] for r in results if r["arm"] == arm)
     lines.append(f"| {arm} | {', '.join(map(str, seeds))} | {ends[0].tasks} | "
                  + " | ".join(_cell(e) for e in ends) + " | "
