@@ -49,13 +49,14 @@ def seed_resamples(num_seeds: int, samples: int, seed: int) -> np.ndarray:
 
 def interval(values_SK: np.ndarray, samples: int = 2000, seed: int = 0) -> Interval:
   """The mean of ``values_SK`` (float [seeds, tasks]; NaN = no value, left out of the means) and
-  its 95% hierarchical bootstrap interval. With fewer than two tasks the bounds are NaN."""
+  its 95% hierarchical bootstrap interval. With fewer than two tasks, or no value, the bounds
+  are NaN."""
   values_SK = np.asarray(values_SK, np.float64)
   if values_SK.ndim != 2 or values_SK.size == 0:
     raise ValueError(f"interval: expected a non-empty [seeds, tasks] array, got {values_SK.shape}")
   num_seeds, num_tasks = values_SK.shape
   value = float(np.nanmean(values_SK)) if np.isfinite(values_SK).any() else math.nan
-  if num_tasks < 2:
+  if num_tasks < 2 or math.isnan(value):  # one task, or no value at all: no interval
     return Interval(value, math.nan, math.nan, num_seeds, num_tasks)
   task_RK = bootstrap.resamples(num_tasks, samples, seed)
   seed_RS = seed_resamples(num_seeds, samples, seed)
