@@ -4,7 +4,8 @@ beats scoring each trajectory alone (GRPO, GSPO), at an equal judge budget, unde
   python -m arenarl_jax.experiments.run experiments/arena_vs_pointwise        # full (about 1.5 h)
   python -m arenarl_jax.experiments.run experiments/arena_vs_pointwise --preset=smoke
 
-Every run is ``configs/quickstart.py`` (groups of N = 4) from ONE shared SFT checkpoint. Arms:
+Every run is ``configs/quickstart.py:start=reading`` (groups of N = 4; the topologies study says
+why that start) from ONE shared SFT checkpoint. Arms:
 ``<method>_<regime>`` for method arena | grpo | gspo (``:method=``) and the three judge regimes
 below, plus ``oracle``: ArenaRL against the noise-free judge, the ceiling at this scale.
 
@@ -53,7 +54,7 @@ def _claims():
 CLAIMS = _claims()
 
 
-def _run(method, regime, seed, args="", extra=None):
+def _run(method, regime, seed, args=",start=reading", extra=None):
   overrides = dict(REGIMES[regime])
   if method != "arena":
     overrides["advantage.pointwise_repeats"] = REPEATS
@@ -67,8 +68,8 @@ def runs(preset):
     out = []
     for seed in SEEDS:
       out += [_run(m, r, seed) for r in REGIMES for m in METHODS]
-      out.append(Run(f"oracle_s{seed}", "oracle", "configs/quickstart.py:method=arenarl", seed,
-                     ORACLE))
+      out.append(Run(f"oracle_s{seed}", "oracle",
+                     "configs/quickstart.py:method=arenarl,start=reading", seed, ORACLE))
     return out
   if preset == "smoke":  # seconds per run: one group of 4, one step, the premise's regime
     small = {"sampling.group_size": 4, "rl.prompts_per_step": 1, "rl.steps": 1}

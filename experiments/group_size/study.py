@@ -6,7 +6,7 @@ and the same 16 trajectories per RL step, from one shared SFT checkpoint.
 
 Arms ``n4``, ``n8``, ``n16``: ``sampling.group_size`` = N and ``rl.prompts_per_step`` = 16 / N
 (4, 2, 1 prompts), so every step samples, scores and trains on 16 trajectories; three seeds each
-of ``configs/quickstart.py`` (seeded single elimination). The paper (ARENARL.md §8) reports that a
+of ``configs/quickstart.py:start=reading`` (seeded single elimination). The paper (ARENARL.md §8) reports that a
 larger N helps monotonically, N = 16 best. What a step costs in judge requests is not equal:
 seeded single elimination plays 2(N - 1) matches per group, so 4(N - 1) requests, 48 / 56 / 60
 per step for the three arms.
@@ -16,6 +16,7 @@ from arenarl_jax.experiments import Claim, Run, run_stats
 SIZES = (4, 8, 16)
 TRAJECTORIES_PER_STEP = 16
 SEEDS = (0, 1, 2)
+CONFIG = "configs/quickstart.py:start=reading"  # the topologies study says why
 SOURCE = "ARENARL.md §8: larger N helps monotonically, N = 16 best"
 
 CLAIMS = tuple(Claim(f"N = {big} above N = {small}", metric, f"n{big}", f"n{small}", source=SOURCE)
@@ -29,7 +30,7 @@ def _overrides(n, per_step):
 
 def runs(preset):
   if preset == "full":
-    return [Run(f"n{n}_s{seed}", f"n{n}", "configs/quickstart.py", seed,
+    return [Run(f"n{n}_s{seed}", f"n{n}", CONFIG, seed,
                 _overrides(n, TRAJECTORIES_PER_STEP)) for n in SIZES for seed in SEEDS]
   if preset == "smoke":  # seconds per run: 4 trajectories per step as 2 x 2 and 1 x 4, one step
     return [Run(f"n{n}_s0", f"n{n}", "configs/quickstart.py:smoke", 0,

@@ -5,7 +5,7 @@ five topologies from one shared SFT checkpoint, under its noisy rubric judge.
   python -m arenarl_jax.experiments.run experiments/topologies --preset=smoke
 
 Arms: ``tournament.topology`` = anchor | swiss | double_elimination | single_elimination |
-round_robin, three seeds each (``configs/quickstart.py``, groups of 4). Besides the outcomes, the
+round_robin, three seeds each (``configs/quickstart.py:start=reading``, groups of 4). Besides the outcomes, the
 README block reports each topology's judge requests per group, how well its rewards recovered
 the noise-free checker's order within its own training groups (``reward/checker_tau``), the
 paper's win rate beside ours, and the correlation over runs between that recovery and the gain.
@@ -17,6 +17,9 @@ TOPOLOGIES = ("anchor", "swiss", "double_elimination", "single_elimination", "ro
 PAPER_WIN = {"anchor": 27.8, "swiss": 28.3, "double_elimination": 30.2,
              "single_elimination": 32.5, "round_robin": 32.9}
 SEEDS = (0, 1, 2)
+# The SFT start whose calls read the query: there the noise-free checker scores a group's
+# trajectories apart, so a ranking can recover something (configs/quickstart.py says why).
+CONFIG = "configs/quickstart.py:start=reading"
 
 
 def _claims():
@@ -38,7 +41,7 @@ CLAIMS = _claims()
 
 def runs(preset):
   if preset == "full":
-    return [Run(f"{t}_s{seed}", t, "configs/quickstart.py", seed, {"tournament.topology": t})
+    return [Run(f"{t}_s{seed}", t, CONFIG, seed, {"tournament.topology": t})
             for t in TOPOLOGIES for seed in SEEDS]
   if preset == "smoke":  # seconds per run: two topologies, one group of 4, one step
     return [Run(f"{t}_s0", t, "configs/quickstart.py:smoke", 0,
