@@ -1,9 +1,9 @@
 """The trained studies (``experiments/topologies``, ``experiments/group_size``,
-``experiments/arena_vs_pointwise``): each smoke preset end to end as the command a user types,
+``experiments/arena_vs_pointwise``, ``experiments/valid_generation``): each smoke preset end to end as the command a user types,
 into a copy of its folder, then the studies' own report (judge cost, rank recovery, ties) on
 hand-built result files.
 
-All three smoke studies read the quickstart smoke's SFT stage: their runs differ from it only in
+The three travel smoke studies read the quickstart smoke's SFT stage: their runs differ from it only in
 RL keys and ``sampling.group_size``, so they share it; the later studies start from a copy of the
 first's stage and train none.
 """
@@ -109,6 +109,24 @@ def test_arena_vs_pointwise_smoke_spends_equal_judge_budgets(studies):
   assert all(r["verdict"] == "not run yet" for r in claim_rows[3:])
   block = _block(folder)
   assert "| arena_pwsat | 41.8 | 12.0 | n/a |" in block and "| grpo_pwsat | 16.4 | 12.0 |" in block
+
+
+def test_valid_generation_smoke_reports_finish_reasons(tmp_path_factory):
+  folder = study_folder.copy_study(tmp_path_factory, ROOT / "experiments" / "valid_generation")
+  stdout = _command(folder)
+  assert "ran 1 run(s), skipped 0" in stdout
+  (result,) = runner.load_results(folder, study_lib.load(folder, "smoke").runs)
+  assert result["result"]["test_tasks"] == len(result["tasks"])
+  for when in ("start", "end"):  # every evaluated trajectory ended one way or another
+    assert sum(result["finish"][when].values()) == len(result["tasks"])
+    assert all(k.split(":")[0] in ("answer", "length", "max_turns", "invalid", "error")
+               for k in result["finish"][when])
+  for task in result["tasks"].values():
+    assert task["valid_start"] in (0.0, 1.0) and task["valid_end"] in (0.0, 1.0)
+  block = _block(folder)
+  assert "| how a trajectory ended | SFT start | after RL, seed 0 |" in block
+  with open(folder / "claims.csv", encoding="utf-8") as f:
+    assert [r["outcome"] for r in csv.DictReader(f)] == ["valid", "win_vs_reference", "solved"]
 
 
 # ------------------------------------------------------------ run statistics on hand-built files

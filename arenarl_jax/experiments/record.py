@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import math
 import os
+import re
 from typing import Any
 
 from arenarl_jax import jsonl
@@ -28,6 +29,7 @@ STEP_KEYS = ("reward/mean", "reward/std", "reward/checker_mean", "reward/checker
 # limits that the environment accepts); ``win_vs_reference`` is the noise-free checker's match
 # outcome (1, 0.5, 0; a failed match is left out, a task with only failed matches has None).
 OUTCOMES = ("valid", "solved", "met", "win_vs_reference")
+_DIGITS = re.compile(r"\d+")
 
 
 def parse_result_line(text: str) -> dict[str, float | int | str]:
@@ -86,12 +88,19 @@ def task_outcomes(eval_file: str) -> dict[str, dict[str, Any]]:
 
 
 def finish_reasons(eval_file: str) -> dict[str, int]:
-  """How the evaluation's trajectories ended (answer, length, max_turns, invalid, error: counts
-  over all tasks), from its summary row; {} when it has none."""
+  """How the evaluation's trajectories ended: counts per finish reason (answer, length,
+  max_turns, invalid, error), an invalid answer counted under ``invalid: <why>`` (the
+  environment's reason, its numbers written N so that equal reasons add up)."""
+  counts: dict[str, int] = {}
   for row in jsonl.read_jsonl(eval_file):
-    if row.get("kind") == "summary":
-      return dict(row.get("generation", {}).get("overall", {}).get("finish", {}))
-  return {}
+    if row.get("kind") != "trajectory":
+      continue
+    reason = row.get("finish_reason") or "unknown"
+    note = (row.get("metadata") or {}).get("finish_note", "")
+    if reason == "invalid" and note:
+      reason = f"invalid: {_DIGITS.sub('N', note)}"
+    counts[reason] = counts.get(reason, 0) + 1
+  return dict(sorted(counts.items()))
 
 
 def finishes(workdir: str) -> dict[str, dict[str, int]]:
