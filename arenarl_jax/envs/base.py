@@ -130,7 +130,8 @@ class Environment(Protocol):
   """A world: tasks, tools, a checker (the rubric judge's ``Checker``), validity and an expert.
 
   Optional: ``names() -> tuple[str, ...]``, the names its tasks and tools use (cities, places),
-  which a task tokenizer keeps whole with ``model.init.whole_names``.
+  which a task tokenizer keeps whole with ``model.init.whole_names``; ``name_kinds() ->
+  dict[str, str]``, each name's kind (``model.init.name_init=by_kind``).
   """
 
   name: str  # the registry key = the ``env.name`` config value

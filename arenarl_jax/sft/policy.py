@@ -28,6 +28,7 @@ from arenarl_jax.envs import compact_schemas
 from arenarl_jax.models import config as model_config
 from arenarl_jax.models.loading import load_model, load_tokenizer
 from arenarl_jax.models.transformer import Transformer, abstract_model, make_model
+from arenarl_jax.sft import name_init
 from arenarl_jax.text import task_tokenizer
 from arenarl_jax.text.tokenizer import Tokenizer
 
@@ -109,6 +110,14 @@ def make_policy(config: ml_collections.ConfigDict, workdir: str, env: Any = None
     cfg = dataclasses.replace(model_config.get_preset(init.preset), vocab_size=tok.vocab_size,
                               compute_dtype=config.model.compute_dtype)
     model = make_model(cfg, seed=int(init.seed), attention=config.model.attention)
+    if name_init.check(init.name_init) == "by_kind":
+      if not init.whole_names:
+        raise ValueError("model.init.name_init=by_kind needs model.init.whole_names=True")
+      kinds = getattr(env, "name_kinds", None)
+      if kinds is None:
+        raise ValueError(f"model.init.name_init=by_kind: environment {env.name!r} has no "
+                         "name_kinds()")
+      name_init.init_by_kind(model, tok, kinds(), int(init.seed))
   else:
     # Straight into the run's training mesh: each host reads only the blocks of an HF checkpoint
     # its devices hold, and the trainers take the arrays as placed (same mesh, same rules).

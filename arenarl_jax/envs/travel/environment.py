@@ -90,6 +90,12 @@ class TravelEnvironment:
     places = (p.name for pois in self.world.pois.values() for p in pois)
     return tuple(sorted({c.name for c in self.world.cities} | set(places)))
 
+  def name_kinds(self) -> dict[str, str]:
+    """Each of ``names()`` with its kind: ``city`` or ``place``."""
+    kinds = {p.name: "place" for pois in self.world.pois.values() for p in pois}
+    kinds.update({c.name: "city" for c in self.world.cities})
+    return dict(sorted(kinds.items()))
+
   def valid(self, answer: str, task: base.Task | str | None = None) -> tuple[bool, str]:
     """Content validity: non-empty; for a plan subtask's task (or id), names a place and a time."""
     if isinstance(task, str):
