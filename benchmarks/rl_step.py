@@ -48,7 +48,12 @@ def start_policy(config, workdir: str, env, from_workdir: str):
     raise FileNotFoundError(f"--from_workdir={from_workdir}: no {policy_lib.TOKENIZER_DIR}/"
                             "tokenizer.json (not a workdir of a run of this config)")
   shutil.copytree(saved, os.path.join(workdir, policy_lib.TOKENIZER_DIR))  # the run's ids
-  policy = policy_lib.make_policy(config, workdir, env)
+  # The run's parameters replace the fresh ones, so how names would start does not matter (and
+  # the run's tokenizer need not keep whole names).
+  fresh = config.copy_and_resolve_references()
+  with fresh.unlocked():
+    fresh.model.init.name_init = "random"
+  policy = policy_lib.make_policy(fresh, workdir, env)
   params, step = pipeline.rl_params(config, from_workdir, policy.model)
   source = f"rl_step_{step}"
   if params is None:

@@ -3,8 +3,8 @@
   python -m arenarl_jax.main --config=configs/quickstart.py --workdir=runs/quickstart
 
 On the travel environment: a 2-layer Llama-family model (``model.init.preset=quickstart``) with a
-4,096-token BPE trained on the environment's text (``arenarl_jax/text/task_tokenizer.py`` says why),
-SFT on the expert's conversations, then ArenaRL (seeded single elimination, groups of 4 with a
+4,096-token BPE trained on the environment's text plus one id per city and place name
+(``arenarl_jax/text/task_tokenizer.py`` says why), SFT on the expert's conversations, then ArenaRL (seeded single elimination, groups of 4 with a
 greedy anchor, a KL penalty) trained against the rubric judge under a stated noise model
 (below), then the policy's greedy rollouts of all 250 held-out test tasks (50 per subtask) judged
 by the strict verifier and by the NOISE-FREE checker against the references and against the SFT
@@ -22,44 +22,43 @@ Agent A; pointwise scores saturate above 8 (a judge that calls every good answer
 rounded to integers. The bidirectional pairwise play cancels the position bias; the rest is noise
 the tournament has to live with.
 
-Tried on validation tasks (``--config.eval.split=valid``, 100 tasks, greedy; numbers and
-commands in benchmarks/README.md, Quickstart). With these defaults the SFT policy gives valid
-answers on 0.35 of them, stops at a limit on 0.60 and meets 0.030 of the requirements, and it does
-not read its query: its first turn scores the same after another task's query (gap 0.001 nats per
-token, ``python -m arenarl_jax.eval.query_reading``). The levers below teach it to read the query,
-but none gave a better start on the strict verifier, and the 800-900 updates they took make
-SFT 3-4 times longer, so none is a default:
-  - ``model.init.whole_names=True`` (each city and place is one id), ``env.schemas="none"`` (no
-    tool list: the query ~20 tokens into a row, not ~560) and ``sft.first_turn_steps=200`` of
-    ``sft.steps=800`` (the first updates on 32 rows cut after the first assistant turn):
-    valid 0.24, limit stops 0.11, met 0.031, reading gap 0.244 [0.203, 0.285], and 224 of its
-    226 first-turn calls that name a city name the query's (the defaults: 4 of 245); no place
-    is copied yet;
-  - the same in two runs (200 first-turn steps with their own schedule, then 600 more): valid
-    0.56, limit stops 0.04, met 0.049, reading gap 0.063 [0.045, 0.082];
-  - ``sft.context_weight`` (the query and tool results trained too): the reading gap grows, but
-    the policy learns to write tool results in its answers (85% invalid).
-RL: the method's KL penalty, ``loss.kl_coef=0.02``. On validation, 8 RL steps from the two-run
-start above gave a met change of -0.0045 [-0.0146, +0.0058] with it and -0.0085 [-0.0176,
-+0.0009] without it (valid 0.44 and 0.49, limit stops 0.11 and 0.02): no sign that it hurts the
-met rate. Neither setting raises it: RL on a start whose groups mostly score zero trains on the
-judge's noise.
+The SFT start (``start=``, chosen on validation tasks: ``--config.eval.split=valid``, 100 tasks,
+greedy; commands and the full table in benchmarks/README.md, Quickstart):
+  - ``kinds`` (the default): each city and place one id (``model.init.whole_names``) whose
+    embedding starts from a vector shared by its kind (``model.init.name_init=by_kind``,
+    arenarl_jax/sft/name_init.py says why), no tool list in the prompt (``env.schemas=none``:
+    the query ~20 tokens into a row, not ~560), and 200 of the 800 SFT updates on 32 short rows
+    cut after the first assistant turn (``sft.first_turn_steps``). Valid 0.62, limit stops
+    0.10, met 0.061; 237 of its 239 first-turn calls that name a city name the query's, 3 of
+    91 that name a place the query's.
+  - ``reading``: the same with random name embeddings: valid 0.24, limit stops 0.11, met 0.031,
+    224 of 226 cities, 0 of 80 places (the start of the training studies in experiments/).
+  - ``plain``: the task BPE without whole names, compact tool schemas, 240 SFT updates (a quarter
+    of the time): valid 0.35, limit stops 0.60, met 0.030; its calls name a memorised city
+    (4 of 245 the query's; ``python -m arenarl_jax.eval.query_reading`` gives its first turn the
+    same score after another task's query), so the noise-free checker scores almost every
+    training trajectory 0 (``reward/checker_mean``): its groups' rankings are the judge's noise.
+Also tried: ``sft.context_weight`` (the query and tool results trained too) makes the policy
+write tool results in its answers (85% invalid); two LR schedules for the two SFT phases gave
+valid 0.56, met 0.049 on the ``reading`` start.
+
+RL: the method's KL penalty, ``loss.kl_coef=0.02``, and ``optim.lr=5e-5``. From the ``kinds``
+start the tournament's rewards recover the noise-free checker's order within a group (Kendall tau
+about 0.7, ``reward/checker_tau``), yet 8 steps do not move the met rate on validation: -0.0038
+[-0.0148, +0.0071] at lr 5e-5, +0.0009 [-0.0129, +0.0140] at 3e-4 (limit stops 0.18), and
+lr 1e-3 collapses the policy (valid 0.07). On the ``reading`` start kl_coef 0.02 against 0
+gave -0.0045 [-0.0146, +0.0058] and -0.0085 [-0.0176, +0.0009]: no sign that it hurts.
 
 Args (after a colon, comma-separated): method=arenarl|grpo|gspo, topology=<tournament topology>,
-group_size=<G>, start=default|reading (the SFT start; ``reading``: whole names, no tool list and
-200 first-turn steps of 800, the start above whose calls name the query's city; SFT then takes
-about 4 times as long), smoke (seconds: a tiny model and a handful of tasks, for the test suite),
-runlocal (the old name of smoke), e.g.
+group_size=<G>, start=kinds|reading|plain (above), smoke (seconds: a tiny model and a handful of
+tasks, for the test suite), runlocal (the old name of smoke), e.g.
   --config=configs/quickstart.py:smoke
-The training studies in experiments/ (topologies, group_size, arena_vs_pointwise) start from
-``start=reading``: with the default start the noise-free checker scores almost every training
-trajectory 0 (``reward/checker_mean``), so every group's ranking is the judge's noise alone.
 """
 from arenarl_jax import config_tree
 
 ARGS = {"method": "arenarl", "topology": "single_elimination", "group_size": 4,
-        "start": "default", "smoke": False, "runlocal": False}
-STARTS = ("default", "reading")
+        "start": "kinds", "smoke": False, "runlocal": False}
+STARTS = ("kinds", "reading", "plain")
 
 
 def get_config(arg=None):
@@ -84,8 +83,9 @@ def get_config(arg=None):
   c.sampling.group_size = args.group_size
   c.sampling.temperature = 0.8
   # Limits from the data (python -m arenarl_jax.data.budgets, tests/data/test_budgets.py): the
-  # expert's 99th-percentile turn is 280 tokens (one_day), its most tool turns 2, its longest
-  # conversation 2,876 tokens (multi_day), all on validation tasks in this tokenizer.
+  # expert's 99th-percentile turn is 288 tokens (multi_day), its most tool turns 2, its longest
+  # conversation 2,147 tokens (multi_day), all on validation tasks in the default start's
+  # tokenizer (whole names, no tool list); start=plain: 280, 2 and 2,876.
   c.sampling.max_new_tokens = 288
   c.sampling.max_turns = 2
   c.sampling.cache_len = 3072
@@ -100,8 +100,9 @@ def get_config(arg=None):
 
   if args.start not in STARTS:
     raise ValueError(f"configs/quickstart.py: start={args.start!r}; known: {', '.join(STARTS)}")
-  if args.start == "reading":  # chosen on validation tasks (above)
+  if args.start != "plain":  # chosen on validation tasks (above)
     c.model.init.whole_names = True
+    c.model.init.name_init = "by_kind" if args.start == "kinds" else "random"
     c.env.schemas = "none"
     c.sft.steps = 800
     c.sft.first_turn_steps = 200

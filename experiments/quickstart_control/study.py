@@ -5,7 +5,8 @@ controls that keep every advantage's magnitude and remove its information.
   python -m arenarl_jax.experiments.run experiments/quickstart_control --preset=smoke
 
 Arms, all from one shared SFT checkpoint (the runs' configs differ only in RL keys):
-  arena    configs/quickstart.py as it is (``rl.advantage_control=none``)
+  arena    configs/quickstart.py:start=plain (``rl.advantage_control=none``): the quickstart
+           with the SFT start that was its default when this study ran
   permute  the advantages shuffled within each group (``rl.advantage_control=permute``)
   flip     the advantages negated (``rl.advantage_control=flip``)
 """
@@ -27,7 +28,7 @@ CLAIMS = (
 
 def runs(preset):
   if preset == "full":
-    return [Run(f"{arm}_s{seed}", arm, "configs/quickstart.py", seed,
+    return [Run(f"{arm}_s{seed}", arm, "configs/quickstart.py:start=plain", seed,
                 {"rl.advantage_control": control})
             for arm, control in ARMS.items() for seed in (0, 1, 2)]
   if preset == "smoke":  # seconds per run: sharing, skipping and pooling two seeds, two arms
