@@ -50,9 +50,9 @@ def make_base_config() -> ml_collections.ConfigDict:
           vocab_size=4096,  # task_bpe only
           corpus_tasks=300,  # task_bpe only: expert conversations in its training text
           whole_names=False,  # task_bpe only: the environment's names() as one id each
-          # random | by_kind: whole names' embeddings start random, or as one vector shared by
-          # every name of a kind (env.name_kinds(): city, place) plus a random part of the same
-          # size (arenarl_jax/sft/name_init.py says why)
+          # task_bpe only; random | by_kind: whole names' embeddings start random, or as one
+          # vector shared by every name of a kind (env.name_kinds(): city, place) plus a random
+          # part of the same size (arenarl_jax/sft/name_init.py says why)
           name_init="random",
           seed=0,  # parameter initialisation
       ),

@@ -110,13 +110,14 @@ def make_policy(config: ml_collections.ConfigDict, workdir: str, env: Any = None
     cfg = dataclasses.replace(model_config.get_preset(init.preset), vocab_size=tok.vocab_size,
                               compute_dtype=config.model.compute_dtype)
     model = make_model(cfg, seed=int(init.seed), attention=config.model.attention)
-    if name_init.check(init.name_init) == "by_kind":
+    # Like whole_names, a task_bpe setting: another tokenizer has no name ids to place.
+    if name_init.check(init.name_init) == "by_kind" and init.tokenizer == "task_bpe":
       if not init.whole_names:
         raise ValueError("model.init.name_init=by_kind needs model.init.whole_names=True")
       kinds = getattr(env, "name_kinds", None)
       if kinds is None:
-        raise ValueError(f"model.init.name_init=by_kind: environment {env.name!r} has no "
-                         "name_kinds()")
+        raise ValueError(f"model.init.name_init=by_kind: environment "
+                         f"{getattr(env, 'name', None)!r} has no name_kinds()")
       name_init.init_by_kind(model, tok, kinds(), int(init.seed))
   else:
     # Straight into the run's training mesh: each host reads only the blocks of an HF checkpoint
