@@ -143,7 +143,8 @@ def pointwise(groups: Sequence[Sequence[Any]], judge: Any, config: ml_collection
   sums_N = np.zeros(len(flat), np.float64)
   counts_N = np.zeros(len(flat), np.int64)
   tied = None
-  for _ in range(pointwise_repeats(config)):
+  repeats = pointwise_repeats(config)
+  for _ in range(repeats):
     scored = judge.score(flat)
     ok_N = np.asarray(scored.ok, bool)
     scores_N = np.where(ok_N, np.asarray(scored.scores, np.float64), 0.0)
@@ -155,7 +156,7 @@ def pointwise(groups: Sequence[Sequence[Any]], judge: Any, config: ml_collection
   # A failed score is no score: NaN in the rewards (null in the rollout log), never a number.
   rewards_BG = np.where(ok_BG, (sums_N / np.maximum(counts_N, 1)).reshape(ok_BG.shape), np.nan)
   mask_BG = pointwise_mask(ok_BG)
-  requests = pointwise_repeats(config) * len(flat)
+  requests = repeats * len(flat)
   stats = {"judge/requests": float(requests), "judge/failures": float(requests - counts_N.sum()),
            "judge/pointwise_tied_groups": tied}
   stats.update(mask_stats(mask_BG))
