@@ -50,14 +50,17 @@ lr 1e-3 collapses the policy (valid 0.07). On the ``reading`` start kl_coef 0.02
 gave -0.0045 [-0.0146, +0.0058] and -0.0085 [-0.0176, +0.0009]: no sign that it hurts.
 
 Args (after a colon, comma-separated): method=arenarl|grpo|gspo, topology=<tournament topology>,
-group_size=<G>, start=kinds|reading|plain (above), smoke (seconds: a tiny model and a handful of
+group_size=<G>, start=kinds|reading|plain (above), long (about an hour: the same model, judge,
+sampling and evaluation with twice the SFT updates and 240 RL steps instead of 8; run once, its
+outcome is in benchmarks/README.md, Quickstart), smoke (seconds: a tiny model and a handful of
 tasks, for the test suite), runlocal (the old name of smoke), e.g.
   --config=configs/quickstart.py:smoke
+  --config=configs/quickstart.py:long
 """
 from arenarl_jax import config_tree
 
 ARGS = {"method": "arenarl", "topology": "single_elimination", "group_size": 4,
-        "start": "kinds", "smoke": False, "runlocal": False}
+        "start": "kinds", "long": False, "smoke": False, "runlocal": False}
 STARTS = ("kinds", "reading", "plain")
 
 
@@ -106,6 +109,12 @@ def get_config(arg=None):
     c.env.schemas = "none"
     c.sft.steps = 800
     c.sft.first_turn_steps = 200
+
+  if args.long:  # not tuned: the default run at scale, to see what more updates buy
+    c.sft.steps *= 2
+    c.sft.first_turn_steps *= 2
+    c.rl.steps = 240
+    c.checkpoint.every = 40
 
   c.eval.tasks_per_subtask = 50  # 5 subtasks x 50 = all 250 held-out test tasks
   c.eval.every_steps = 0

@@ -121,3 +121,23 @@ def test_cpu_configs_train_against_the_stated_noise_model(name, rubric):
   # The values the quickstart's docstring and the README state.
   assert noise == {"pointwise_std": 1.0, "pairwise_std": 1.0, "position_bias": 0.5,
                    "saturation": 0.8, "saturation_knee": 8.0}
+
+
+def test_the_long_quickstart_changes_only_how_long_it_trains():
+  module = _load(os.path.join(ROOT, "configs", "quickstart.py"))
+  base, long = module.get_config(), module.get_config("long")
+  flat_base, flat_long = _flatten(base.to_dict()), _flatten(long.to_dict())
+  changed = {k for k in flat_base if flat_base[k] != flat_long[k]}
+  assert changed == {"sft.steps", "sft.first_turn_steps", "rl.steps", "checkpoint.every"}
+  assert (long.sft.steps, long.sft.first_turn_steps, long.rl.steps) == (
+      2 * base.sft.steps, 2 * base.sft.first_turn_steps, 240)
+
+
+def _flatten(tree, prefix=""):
+  out = {}
+  for k, v in tree.items():
+    if isinstance(v, dict):
+      out.update(_flatten(v, f"{prefix}{k}."))
+    else:
+      out[prefix + k] = v
+  return out
