@@ -46,7 +46,8 @@ RL: the method's KL penalty, ``loss.kl_coef=0.02``, and ``optim.lr=5e-5``. From 
 start the tournament's rewards recover the noise-free checker's order within a group (Kendall tau
 about 0.7, ``reward/checker_tau``), yet 8 steps do not move the met rate on validation: -0.0038
 [-0.0148, +0.0071] at lr 5e-5, +0.0009 [-0.0129, +0.0140] at 3e-4 (limit stops 0.18), and
-lr 1e-3 collapses the policy (valid 0.07). On the ``reading`` start kl_coef 0.02 against 0
+lr 1e-3 collapses the policy (valid 0.07); 16 steps at 5e-5 give -0.0050 [-0.0169, +0.0079] with
+limit stops rising to 0.14. On the ``reading`` start kl_coef 0.02 against 0
 gave -0.0045 [-0.0146, +0.0058] and -0.0085 [-0.0176, +0.0009]: no sign that it hurts.
 
 Args (after a colon, comma-separated): method=arenarl|grpo|gspo, topology=<tournament topology>,
