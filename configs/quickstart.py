@@ -51,7 +51,7 @@ limit stops rising to 0.14. On the ``reading`` start kl_coef 0.02 against 0
 gave -0.0045 [-0.0146, +0.0058] and -0.0085 [-0.0176, +0.0009]: no sign that it hurts.
 
 Args (after a colon, comma-separated): method=arenarl|grpo|gspo, topology=<tournament topology>,
-group_size=<G>, start=kinds|reading|plain (above), long (about an hour: the same model, judge,
+group_size=<G>, start=kinds|reading|plain (above), long (45 min here: the same model, judge,
 sampling and evaluation with twice the SFT updates and 240 RL steps instead of 8; run once, its
 outcome is in benchmarks/README.md, Quickstart), smoke (seconds: a tiny model and a handful of
 tasks, for the test suite), runlocal (the old name of smoke), e.g.
