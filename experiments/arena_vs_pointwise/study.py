@@ -98,4 +98,21 @@ def report(results):
                                  ("reward/all_tied_groups", 2), ("reward/any_tied_groups", 2),
                                  ("reward/checker_tau", 3))]
     lines.append(f"| {arm} | {PAPER.get(method, '-')} | " + " | ".join(cells) + f" | {gains} |")
+  return lines + [""] + _wins_vs_sft(results)
+
+
+def _wins_vs_sft(results):
+  """Each run's final policy against its SFT start, judged by the noise-free checker on the same
+  test tasks (wins-ties-losses; the interval is the run's bootstrap over tasks)."""
+  lines = ["Win rate against the SFT start, per seed (noise-free checker, every test task played "
+           "by both policies; [95% bootstrap over tasks], wins-ties-losses):", "",
+           "| arm | " + " | ".join(f"seed {s}" for s in sorted({r["seed"] for r in results}))
+           + " |", "|---|" + "---|" * len({r["seed"] for r in results})]
+  for arm in dict.fromkeys(r["arm"] for r in results):
+    cells = []
+    for r in run_stats.arm_runs(results, arm):
+      x = r["result"]
+      cells.append(f"{x['win_rate_vs_sft']:.3f} [{x['ci_low']:.3f}, {x['ci_high']:.3f}] "
+                   f"{x['wins_vs_sft']}-{x['ties_vs_sft']}-{x['losses_vs_sft']}")
+    lines.append(f"| {arm} | " + " | ".join(cells) + " |")
   return lines
