@@ -104,10 +104,10 @@ def report(results):
 def _wins_vs_sft(results):
   """Each run's final policy against its SFT start, judged by the noise-free checker on the same
   test tasks (wins-ties-losses; the interval is the run's bootstrap over tasks)."""
+  seeds = sorted({r["seed"] for r in results})
   lines = ["Win rate against the SFT start, per seed (noise-free checker, every test task played "
            "by both policies; [95% bootstrap over tasks], wins-ties-losses):", "",
-           "| arm | " + " | ".join(f"seed {s}" for s in sorted({r["seed"] for r in results}))
-           + " |", "|---|" + "---|" * len({r["seed"] for r in results})]
+           "| arm | " + " | ".join(f"seed {s}" for s in seeds) + " |", "|---|" + "---|" * len(seeds)]
   for arm in dict.fromkeys(r["arm"] for r in results):
     cells = []
     for r in run_stats.arm_runs(results, arm):
