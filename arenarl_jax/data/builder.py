@@ -7,12 +7,15 @@ the same source gives byte-identical record files in any process. Read back with
 :func:`load` (``tfds.builder_from_directory``: no builder class or environment needed) and
 ``as_data_source(split)``.
 
-Config names say what was built: ``<env>-seed<s>-err<rate>`` for an environment,
+Config names say what was built: ``<env>-seed<s>-err<rate>-<code>`` for an environment, where
+``<code>`` digests the source that writes its records (the environment's package and this
+package's record code: edited code is a new dataset, never a stale cache), and
 ``<env>-import-<hash of the files>[-skip]`` for imported data (a changed file is a new dataset).
 """
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import os
 from typing import Any, Iterable, Iterator
 
@@ -44,7 +47,7 @@ class SourceConfig(tfds.core.BuilderConfig):
     self.import_subtasks = tuple(import_subtasks)
     self.layout: importer.Layout | None = None
     if source == "env":
-      name = f"{env}-seed{self.env_seed}-err{self.error_rate:g}"
+      name = f"{env}-seed{self.env_seed}-err{self.error_rate:g}-{env_code_version(env)[:12]}"
       description = (f"Environment {env!r} built from env.seed={self.env_seed}: train prompts, "
                      f"expert SFT conversations (error rate 0) and test prompts with expert "
                      f"references at error rate {self.error_rate:g}.")
@@ -56,6 +59,16 @@ class SourceConfig(tfds.core.BuilderConfig):
       description = (f"Reference jsonl files imported from {self.import_dir} for environment "
                      f"{env!r} (subtasks {', '.join(self.layout.subtasks)}).")
     super().__init__(name=name, version=_VERSION, description=description)
+
+
+def env_code_version(env: str) -> str:
+  """Digest of the code that writes an environment's records: its own package
+  (:func:`base.code_version`) and the record code here (expert rollouts, splits, fields)."""
+  h = hashlib.sha256(base.code_version(env).encode())
+  for module in (env_examples, records):
+    with open(module.__file__, "rb") as f:
+      h.update(f.read())
+  return h.hexdigest()
 
 
 def make_source_config(config: ml_collections.ConfigDict) -> SourceConfig:

@@ -13,6 +13,9 @@
 from __future__ import annotations
 
 import dataclasses
+import hashlib
+import os
+import sys
 from typing import Any, Callable, Mapping, Protocol, Sequence, runtime_checkable
 
 import numpy as np
@@ -199,6 +202,29 @@ def registered() -> Sequence[str]:
   """Names accepted by :func:`make_environment`."""
   _import_builtin_environments()
   return tuple(sorted(_REGISTRY))
+
+
+def code_version(name: str) -> str:
+  """SHA-256 of the source of the environment ``name``: every ``.py`` file of the package that
+  registers it (or its module alone, outside a package).
+
+  Data generated from an environment (tasks, expert conversations, references) is cached by
+  this digest, so editing the environment's code can never serve data the code no longer writes.
+  """
+  _import_builtin_environments()
+  if name not in _REGISTRY:
+    raise ValueError(f"env.name: unknown environment {name!r}; known: {sorted(_REGISTRY)}")
+  path = getattr(sys.modules.get(_REGISTRY[name].__module__), "__file__", None)
+  if not path:
+    raise ValueError(f"environment {name!r}: its module has no source file to version")
+  folder = os.path.dirname(path)
+  files = ([os.path.join(folder, f) for f in sorted(os.listdir(folder)) if f.endswith(".py")]
+           if os.path.isfile(os.path.join(folder, "__init__.py")) else [path])
+  h = hashlib.sha256()
+  for f in files:
+    with open(f, "rb") as fh:
+      h.update(os.path.basename(f).encode() + b"\0" + fh.read() + b"\0")
+  return h.hexdigest()
 
 
 def make_environment(name: str, seed: int = 0, **kwargs: Any) -> Environment:

@@ -59,7 +59,8 @@ def test_same_seed_gives_byte_identical_records_and_other_seeds_differ(tmp_path)
   a = builder.build(builder.SourceConfig(env="fake", env_seed=1), str(tmp_path / "a"))
   b = builder.build(builder.SourceConfig(env="fake", env_seed=1), str(tmp_path / "b"))
   c = builder.build(builder.SourceConfig(env="fake", env_seed=2), str(tmp_path / "c"))
-  assert os.path.basename(os.path.dirname(a)) == "fake-seed1-err0.3"
+  assert os.path.basename(os.path.dirname(a)) == (
+      "fake-seed1-err0.3-" + builder.env_code_version("fake")[:12])
   assert _record_files(a) == _record_files(b)
   files_a, files_c = _record_files(a), _record_files(c)
   assert files_a.keys() == files_c.keys()
@@ -121,3 +122,27 @@ def test_missing_dataset_and_split_are_clear_errors(tmp_path):
   with pytest.raises(ValueError, match="env.reference_error_rate"):
     builder.SourceConfig(env="fake", error_rate=1.5)
   assert records.test_split("M-Day") == "test_M-Day" and records.test_split("1 day") == "test_1_day"
+
+
+_VERSIONED_ENV = """
+from arenarl_jax.envs import base
+import data_fakes
+
+@base.register("fake_versioned")
+def make(seed=0, **kwargs):
+  return data_fakes.FakeEnvironment(seed, **kwargs)
+"""
+
+
+def test_editing_an_environments_code_names_a_new_dataset(tmp_path, monkeypatch):
+  # A cached dataset is found by its name: an edited expert must not be served stale records.
+  module = tmp_path / "versioned_env.py"
+  module.write_text(_VERSIONED_ENV)
+  monkeypatch.syspath_prepend(str(tmp_path))
+  import versioned_env  # noqa: F401  (registers fake_versioned)
+  before = builder.SourceConfig(env="fake_versioned", env_seed=1).name
+  assert builder.SourceConfig(env="fake_versioned", env_seed=1).name == before
+  module.write_text(_VERSIONED_ENV.replace("return data_fakes", "return  data_fakes"))
+  after = builder.SourceConfig(env="fake_versioned", env_seed=1).name
+  assert before.startswith("fake_versioned-seed1-err0.3-") and after != before
+  assert after.rsplit("-", 1)[0] == before.rsplit("-", 1)[0]

@@ -7,7 +7,7 @@ import sys
 
 import data_fakes
 from arenarl_jax import config_tree
-from arenarl_jax.data import cli
+from arenarl_jax.data import builder, cli
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(os.path.dirname(HERE))
@@ -18,7 +18,8 @@ def test_build_then_show_from_a_config(tmp_path):
   c.env.name, c.env.seed, c.data.dir = "fake", 2, str(tmp_path)
   out = io.StringIO()
   path = cli.build(c, out=out)
-  assert path == cli.dataset_path(c) and path.endswith("fake-seed2-err0.3/1.0.0")
+  assert path == cli.dataset_path(c) and path.endswith(
+      f"fake-seed2-err0.3-{builder.env_code_version('fake')[:12]}/1.0.0")
   assert out.getvalue().splitlines()[1:] == ["  sft: 6 records", "  test_alpha: 3 records",
                                              "  test_beta-2: 3 records", "  train: 12 records"]
   out = io.StringIO()
