@@ -10,6 +10,10 @@ in draw order: per needed page, ``missed_search`` (never searched, so never read
 left out) and ``before_reading`` (found but not opened; its facts are still written); then
 :data:`CLAIM_SITES` ``unsupported_claim`` sites (a sentence with an invented argument and number);
 then one ``truncation`` site (the report is cut off mid-sentence).
+
+The plan's last step and the reading turn name the headings the report will have
+(:data:`HEADINGS`), as a careful agent restates its deliverable: the kind of report is then
+stated in the agent's own recent turns, not only in a query hundreds of tool-result tokens back.
 """
 from __future__ import annotations
 
@@ -28,6 +32,10 @@ ERROR_KINDS = ("missed_search", "before_reading", "unsupported_claim", "truncati
 CLAIM_SITES = 2
 SEARCH_K = 3
 TRUNCATE_AT = 0.5  # a truncated report keeps about this share of its characters
+
+# The report's headings per kind, in order (technical writing's are the task's required sections).
+HEADINGS = {"technical_writing": tasks_lib.WRITING_SECTIONS, "ideation": ("Background", "Ideas"),
+            "explanation": ("Explanation", "Comparison", "Summary")}
 
 _FAKE_WORDS = ("turbo", "shadow", "prefetch", "lattice", "quorum", "sprocket", "velvet", "nimbus",
                "ember", "fathom", "glyph", "harbor")
@@ -90,11 +98,12 @@ class Expert:
     searched = [i for i in range(len(pages)) if ("missed_search", i) not in errors]
     opened = [i for i in searched if ("before_reading", i) not in errors]
 
+    headings = "under the headings " + _join(HEADINGS[task.subtask])
     plan = ("Plan:\n"
             + "".join(f"{k}. Search the documentation for `{p.id}`.\n"
                       for k, p in enumerate(pages, 1))
             + f"{len(pages) + 1}. Open the pages found and note their key facts.\n"
-            + f"{len(pages) + 2}. Write the answer from what the pages say.")
+            + f"{len(pages) + 2}. Write the answer from what the pages say, {headings}.")
     messages: list[dict[str, Any]] = [{"role": "user", "content": task.query}]
     turn = 0
     queries = ([{"query": self.search_query(pages[i]), "k": SEARCH_K} for i in searched]
@@ -102,7 +111,8 @@ class Expert:
     self._turn(messages, turn, plan, [("web_search", a) for a in queries])
     if opened:
       turn += 1
-      self._turn(messages, turn, "Reading the pages the searches found.",
+      self._turn(messages, turn,
+                 f"Reading the pages the searches found, to write the answer {headings}.",
                  [("open_page", {"page_id": pages[i].id}) for i in opened])
     claims = [fake[j] for j in range(CLAIM_SITES) if ("unsupported_claim", j) in errors]
     answer = self.answer(task, pages, searched, claims)
@@ -148,8 +158,9 @@ class Expert:
     body = "\n\n".join(blocks)
     kind = task.subtask
     if kind == "technical_writing":
-      return (f"## Overview\n\nThis guide covers {names} from the `{module}` module, as their "
-              f"documentation describes them.\n\n## Usage\n\n{body}\n\n## Caveats\n\n"
+      overview, usage, caveats = HEADINGS[kind]
+      return (f"## {overview}\n\nThis guide covers {names} from the `{module}` module, as their "
+              f"documentation describes them.\n\n## {usage}\n\n{body}\n\n## {caveats}\n\n"
               + "\n".join(f"- Check the documented arguments and defaults of `{p.id}` before "
                           f"relying on them." for p in pages))
     if kind == "ideation":
@@ -159,13 +170,19 @@ class Expert:
                f"covers what the other does not.",
                f"3. Write a test suite that exercises `{pages[-1].id}` on the edge cases its "
                f"documentation mentions."]
-      return (f"## Background\n\nWhat the documentation says about {names}:\n\n{body}\n\n"
-              f"## Ideas\n\n" + "\n".join(ideas))
+      background, ideas_heading = HEADINGS[kind]
+      return (f"## {background}\n\nWhat the documentation says about {names}:\n\n{body}\n\n"
+              f"## {ideas_heading}\n\n" + "\n".join(ideas))
     summary = "\n".join(f"- `{p.id}`: {_sentence(p.summary())}" if i in researched else
                         f"- `{p.id}`: not researched." for i, p in enumerate(pages))
-    return (f"## Explanation\n\n{body}\n\n## Comparison\n\n{names} belong to the `{module}` "
-            f"module and serve related but different purposes, as the details above show.\n\n"
-            f"## Summary\n\n{summary}")
+    explanation, comparison, summary_heading = HEADINGS[kind]
+    return (f"## {explanation}\n\n{body}\n\n## {comparison}\n\n{names} belong to the "
+            f"`{module}` module and serve related but different purposes, as the details above "
+            f"show.\n\n## {summary_heading}\n\n{summary}")
+
+
+def _join(words: tuple[str, ...]) -> str:
+  return ", ".join(words[:-1]) + " and " + words[-1]
 
 
 def _sentence(text: str) -> str:

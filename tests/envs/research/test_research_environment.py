@@ -38,3 +38,15 @@ def test_tool_source_is_shared_by_the_expert(env):
   opened = [m for m in msgs if m["role"] == "tool" and m["content"].startswith("# ")]
   page = task.constraints["pages"][0]
   assert opened[0]["content"] == source.call_sync("open_page", {"page_id": page}).text
+
+
+@pytest.mark.parametrize("kind", tasks.KINDS)
+def test_the_experts_turns_name_the_headings_its_report_has(env, kind):
+  # The report's kind is restated in the agent's own turns, so the writing turn need not reach
+  # back past the tool results to the query to know which headings to write.
+  msgs = env.expert(env.tasks(f"valid_{kind}")[0], 0.0, 0)
+  plan, reading, report = [m["content"] for m in msgs if m["role"] == "assistant"]
+  headings = [line[3:] for line in report.splitlines() if line.startswith("## ")]
+  named = "under the headings " + ", ".join(headings[:-1]) + " and " + headings[-1]
+  assert plan.endswith(f"from what the pages say, {named}.") and named in reading
+  assert env.valid(report, env.tasks(f"valid_{kind}")[0]) == (True, "")
