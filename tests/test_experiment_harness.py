@@ -211,3 +211,31 @@ def test_result_lines_parse_counts_as_ints():
   parsed = record.parse_result_line("noise\nRESULT a=0.5000 wins_vs_sft=3 path=x\n")
   assert parsed == {"a": 0.5, "wins_vs_sft": 3, "path": "x"}
   assert json.dumps(record.clean({"x": float("nan")})) == '{"x": null}'
+
+
+def test_a_studys_own_outputs_do_not_make_the_checkout_dirty(tmp_path, monkeypatch):
+  # Re-running a study rewrites its tables, README block and result files; only code (and the
+  # study's own study.py) changed since the commit may mark a result dirty.
+  from arenarl_jax.experiments import provenance
+  def git(*args):
+    subprocess.run(["git", "-C", str(tmp_path), *args], check=True, capture_output=True)
+
+  files = {"pkg.py": "x = 1\n", "exp/study.py": "RUNS = 1\n", "exp/results.csv": "a\n1\n"}
+  for name, text in files.items():
+    (tmp_path / name).parent.mkdir(exist_ok=True)
+    (tmp_path / name).write_text(text)
+  git("init", "-q")
+  git("add", ".")
+  git("-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "c")
+  monkeypatch.setattr(provenance, "ROOT", tmp_path)
+  out = tmp_path / "exp"
+  assert provenance.git_state(out)["dirty"] is False
+  (out / "results.csv").write_text("a\n2\n")
+  assert provenance.git_state(out)["dirty"] is False
+  assert provenance.git_state()["dirty"] is True
+  (out / "study.py").write_text("RUNS = 2\n")
+  assert provenance.git_state(out)["dirty"] is True
+  git("checkout", "--", "exp/study.py")
+  (tmp_path / "pkg.py").write_text("x = 2\n")
+  state = provenance.git_state(out)
+  assert state["dirty"] is True and len(state["commit"]) == 40

@@ -278,7 +278,7 @@ def run_judge(spec: JudgeSpec, pairs: Sequence[Pair], env, out: pathlib.Path, di
   """Runs one judge on every pair and writes its result file (also when it cannot start)."""
   rec = {"judge": spec.name, "label": spec.label or spec.name, "kind": spec.kind,
          "options": dict(spec.options), "pairs_hash": digest, "skipped": unavailable(spec)}
-  state, load_start, t0 = provenance.git_state(), provenance.load(), time.perf_counter()
+  state, load_start, t0 = provenance.git_state(out), provenance.load(), time.perf_counter()
   times, metrics = {}, {}
   if rec["skipped"] is None:
     say(f"judge {spec.name}: {len(pairs)} pairs")

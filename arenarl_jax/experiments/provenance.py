@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import importlib.metadata
 import os
+import pathlib
 import platform
 import subprocess
 
@@ -15,18 +16,32 @@ from arenarl_jax.experiments.study import ROOT
 PACKAGES = ("jax", "flax", "optax", "numpy")
 
 
-def git_state() -> dict[str, object]:
+def git_state(outputs: pathlib.Path | None = None) -> dict[str, object]:
   """``commit`` (HEAD of the checkout the package runs from, "unknown" outside git) and
-  ``dirty`` (tracked files differ from it)."""
+  ``dirty`` (tracked files differ from it).
+
+  ``outputs``: a study's folder, whose files the harness itself rewrites (result files, tables,
+  plots, its README block). Changes there do not make the checkout dirty, except to the
+  ``study.py`` that defines the runs; otherwise every re-run of a study after its first would
+  be marked dirty by the previous run's own outputs.
+  """
   try:
-    commit = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "HEAD"], capture_output=True,
-                            text=True, check=True).stdout.strip()
-    status = subprocess.run(["git", "-C", str(ROOT), "status", "--porcelain",
-                             "--untracked-files=no"], capture_output=True, text=True,
+    def git(*args: str) -> str:
+      return subprocess.run(["git", "-C", str(ROOT), *args], capture_output=True, text=True,
                             check=True).stdout
+
+    commit, top = git("rev-parse", "HEAD").strip(), git("rev-parse", "--show-toplevel").strip()
+    status = git("status", "--porcelain", "--untracked-files=no")  # paths from the top level
   except (OSError, subprocess.CalledProcessError):
     return {"commit": "unknown", "dirty": None}
-  return {"commit": commit, "dirty": bool(status.strip())}
+  own = None
+  if outputs is not None:
+    rel = os.path.relpath(pathlib.Path(outputs).resolve(), pathlib.Path(top).resolve())
+    own = None if rel.startswith("..") else rel.replace(os.sep, "/") + "/"
+  changed = [line[3:].split(" -> ")[-1].strip('"') for line in status.splitlines() if line.strip()]
+  if own is not None:
+    changed = [f for f in changed if not f.startswith(own) or f == own + "study.py"]
+  return {"commit": commit, "dirty": bool(changed)}
 
 
 def versions() -> dict[str, str]:

@@ -101,7 +101,7 @@ def run_one(out: pathlib.Path, run: Run, say: Callable[[str], None]) -> dict:
   if sft_dir is not None:
     seed_workdir(sft_dir, workdir)
   say(f"run {run.name}: pipeline")
-  state, load_start, t0 = provenance.git_state(), provenance.load(), time.perf_counter()
+  state, load_start, t0 = provenance.git_state(out), provenance.load(), time.perf_counter()
   stdout = execute(command(run.config, workdir, dict(run.overrides), "pipeline", run.seed),
                    workdir / "stdout.log", f"run {run.name}")
   wall = time.perf_counter() - t0
