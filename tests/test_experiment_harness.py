@@ -70,6 +70,7 @@ def test_every_run_has_a_result_file_with_its_outcomes_and_provenance(smoke):
   assert sft_dir.name == f"sft_{results[0]['provenance']['sft_hash']}"
   assert runner.ran_config_hash(sft_dir, study_lib.RL_ONLY) == results[0]["provenance"]["sft_hash"]
   assert {r["provenance"]["sft_hash"] for r in results} == {sft_dir.name[4:]}
+  assert json.loads((sft_dir / runner.DONE).read_text())["data"] == runner.sft_data(study.runs[0])
   for r in results:
     log = (folder / "work" / r["run"] / "stdout.log").read_text()
     assert "\nsft: " not in log and "sft_s=" in log
@@ -239,3 +240,28 @@ def test_a_studys_own_outputs_do_not_make_the_checkout_dirty(tmp_path, monkeypat
   (tmp_path / "pkg.py").write_text("x = 2\n")
   state = provenance.git_state(out)
   assert state["dirty"] is True and len(state["commit"]) == 40
+
+
+def test_a_shared_sft_stage_trained_on_other_data_is_trained_again(tmp_path, monkeypatch):
+  # The stage's folder is named by the config; its DONE names the dataset (which digests the
+  # environment's code), so an edited expert cannot hand runs a checkpoint of the old data.
+  run = study_lib.Run("a", "x", "configs/quickstart.py:smoke", 0)
+  trained, data = [], ["travel-seed0-err0.3-aaa"]
+  monkeypatch.setattr(runner, "sft_data", lambda r: data[0])
+  monkeypatch.setattr(runner, "execute", lambda cmd, log, what: (
+      log.parent.mkdir(parents=True, exist_ok=True), trained.append(data[0])))
+  said = []
+  first = runner.sft_stage(tmp_path, run, said.append)
+  assert runner.sft_stage(tmp_path, run, said.append) == first and trained == [data[0]]
+  data[0] = "travel-seed0-err0.3-bbb"
+  assert runner.sft_stage(tmp_path, run, said.append) == first
+  assert trained == ["travel-seed0-err0.3-aaa", "travel-seed0-err0.3-bbb"]
+  assert json.loads((first / runner.DONE).read_text())["data"] == data[0]
+  assert "trained on dataset travel-seed0-err0.3-aaa" in said[-2]
+
+
+def test_the_sft_stage_names_the_dataset_its_config_reads():
+  from arenarl_jax.data import builder
+  run = study_lib.Run("a", "x", "configs/research_quickstart.py:smoke", 0)
+  assert runner.sft_data(run) == (
+      f"research-seed0-err0.3-{builder.env_code_version('research')[:12]}")

@@ -3,7 +3,9 @@
 Layout under the output folder (``run.py``'s ``--out``):
 
     results/<run>.json      one per finished run (small; committed, so a clone resumes)
-    work/sft_<sft_hash>/    a shared SFT stage: ``main --mode=sft`` (not committed)
+    work/sft_<sft_hash>/    a shared SFT stage: ``main --mode=sft`` (not committed); its DONE
+                            names the dataset it trained on, and a stage whose dataset is not
+                            the one the config now reads is trained again
     work/<run>/             a run's workdir; its ``stdout.log`` (not committed)
 
 A run that shares an SFT stage gets a copy of the stage's ``sft/`` (checkpoint and curve),
@@ -63,15 +65,31 @@ def execute(cmd: list[str], log: pathlib.Path, what: str) -> str:
   return output
 
 
+def sft_data(run: Run) -> str:
+  """The name of the dataset ``run``'s SFT stage trains on. It digests the code that writes the
+  records (``data/builder.py``), so a stage trained before the environment or its expert was
+  edited does not match it."""
+  from arenarl_jax.data import builder  # pylint: disable=g-import-not-at-top  (pulls in tfds)
+  return builder.make_source_config(study_lib.resolve(run.config, run.overrides)).name
+
+
 def sft_stage(out: pathlib.Path, run: Run, say: Callable[[str], None]) -> pathlib.Path:
-  """The finished shared SFT workdir of ``run`` (trained now unless it is already done)."""
+  """The finished shared SFT workdir of ``run`` (trained now unless it is already done on the
+  same data: a stage whose ``DONE`` names another dataset is stale and trained again)."""
   workdir = out / "work" / f"sft_{study_lib.sft_hash(run)}"
-  if not (workdir / DONE).is_file():
-    say(f"sft stage {workdir.name}: training (for {run.name} and every run sharing it)")
-    t0 = time.perf_counter()
-    execute(command(run.config, workdir, study_lib.sft_overrides(run), "sft"),
-            workdir / "stdout.log", f"SFT stage {workdir.name}")
-    (workdir / DONE).write_text(json.dumps({"wall_s": round(time.perf_counter() - t0, 1)}))
+  data, done = sft_data(run), workdir / DONE
+  if done.is_file():
+    trained_on = json.loads(done.read_text()).get("data")
+    if trained_on == data:
+      return workdir
+    say(f"sft stage {workdir.name}: trained on dataset {trained_on}, the config now reads "
+        f"{data}: training again")
+    shutil.rmtree(workdir)
+  say(f"sft stage {workdir.name}: training (for {run.name} and every run sharing it)")
+  t0 = time.perf_counter()
+  execute(command(run.config, workdir, study_lib.sft_overrides(run), "sft"),
+          workdir / "stdout.log", f"SFT stage {workdir.name}")
+  done.write_text(json.dumps({"wall_s": round(time.perf_counter() - t0, 1), "data": data}))
   return workdir
 
 
