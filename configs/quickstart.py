@@ -49,6 +49,10 @@ about 0.7, ``reward/checker_tau``), yet 8 steps do not move the met rate on vali
 lr 1e-3 collapses the policy (valid 0.07); 16 steps at 5e-5 give -0.0050 [-0.0169, +0.0079] with
 limit stops rising to 0.14. On the ``reading`` start kl_coef 0.02 against 0
 gave -0.0045 [-0.0146, +0.0058] and -0.0085 [-0.0176, +0.0009]: no sign that it hurts.
+Why RL does not raise met: with the judge's noise removed, 60 steps lower it by 0.031 [0.015,
+0.048]. The checker gives answer credit to 2 of this start's 100 validation answers, so every
+ranking is by path alone, and RL trades answers for tool calls (benchmarks/README.md, "What RL
+does with a perfect judge").
 
 Args (after a colon, comma-separated): method=arenarl|grpo|gspo, topology=<tournament topology>,
 group_size=<G>, start=kinds|reading|plain (above), long (45 min here: the same model, judge,
