@@ -253,11 +253,19 @@ def test_a_shared_sft_stage_trained_on_other_data_is_trained_again(tmp_path, mon
   said = []
   first = runner.sft_stage(tmp_path, run, said.append)
   assert runner.sft_stage(tmp_path, run, said.append) == first and trained == [data[0]]
+  # A run seeded from it, stopped half way, resumes with what it has.
+  workdir = tmp_path / "work" / "a"
+  assert runner.seed_workdir(first, workdir) is False
+  (workdir / "partial").write_text("step 3")
+  assert runner.seed_workdir(first, workdir) is False and (workdir / "partial").is_file()
   data[0] = "travel-seed0-err0.3-bbb"
   assert runner.sft_stage(tmp_path, run, said.append) == first
   assert trained == ["travel-seed0-err0.3-aaa", "travel-seed0-err0.3-bbb"]
   assert json.loads((first / runner.DONE).read_text())["data"] == data[0]
   assert "trained on dataset travel-seed0-err0.3-aaa" in said[-2]
+  # The half-finished run was seeded from the old stage: it starts again from the new one.
+  assert runner.seed_workdir(first, workdir) is True and not (workdir / "partial").exists()
+  assert json.loads((workdir / runner.SEEDED).read_text())["data"] == data[0]
 
 
 def test_the_sft_stage_names_the_dataset_its_config_reads():

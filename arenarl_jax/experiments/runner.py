@@ -5,7 +5,8 @@ Layout under the output folder (``run.py``'s ``--out``):
     results/<run>.json      one per finished run (small; committed, so a clone resumes)
     work/sft_<sft_hash>/    a shared SFT stage: ``main --mode=sft`` (not committed); its DONE
                             names the dataset it trained on, and a stage whose dataset is not
-                            the one the config now reads is trained again
+                            the one the config now reads is trained again (and a half-finished
+                            run seeded from the old stage starts again)
     work/<run>/             a run's workdir; its ``stdout.log`` (not committed)
 
 A run that shares an SFT stage gets a copy of the stage's ``sft/`` (checkpoint and curve),
@@ -34,6 +35,7 @@ from arenarl_jax.experiments.study import Run
 # What a run's workdir takes from a shared SFT stage.
 SFT_PARTS = ("sft", "tokenizer", "model_config.json")
 DONE = "DONE"
+SEEDED = "SEEDED"  # in a run's workdir: the DONE of the SFT stage it was seeded from
 
 
 def result_path(out: pathlib.Path, run: Run) -> pathlib.Path:
@@ -93,8 +95,16 @@ def sft_stage(out: pathlib.Path, run: Run, say: Callable[[str], None]) -> pathli
   return workdir
 
 
-def seed_workdir(sft_dir: pathlib.Path, workdir: pathlib.Path) -> None:
-  """Copies the shared SFT stage's parts into ``workdir`` (once; a resumed run keeps its own)."""
+def seed_workdir(sft_dir: pathlib.Path, workdir: pathlib.Path) -> bool:
+  """Copies the shared SFT stage's parts into ``workdir`` (once; a resumed run keeps its own),
+  with the stage's ``DONE`` as ``SEEDED``. A half-finished run seeded from a stage trained on other
+  data (``SEEDED`` names another dataset than the stage's ``DONE``) is stale: its workdir is
+  cleared and seeded again. Returns whether that happened."""
+  stage = json.loads((sft_dir / DONE).read_text())
+  seeded = workdir / SEEDED
+  stale = seeded.is_file() and json.loads(seeded.read_text()).get("data") != stage.get("data")
+  if stale:
+    shutil.rmtree(workdir)
   workdir.mkdir(parents=True, exist_ok=True)
   for part in SFT_PARTS:
     src, dst = sft_dir / part, workdir / part
@@ -104,6 +114,9 @@ def seed_workdir(sft_dir: pathlib.Path, workdir: pathlib.Path) -> None:
       shutil.copytree(src, dst)
     else:
       shutil.copy2(src, dst)
+  if not seeded.is_file():
+    seeded.write_text(json.dumps(stage))
+  return stale
 
 
 def ran_config_hash(workdir: pathlib.Path, drop: tuple[str, ...] = ()) -> str:
@@ -116,8 +129,9 @@ def run_one(out: pathlib.Path, run: Run, say: Callable[[str], None]) -> dict:
   """Runs ``run``'s pipeline and writes its result file; returns the record."""
   sft_dir = sft_stage(out, run, say) if run.share_sft else None
   workdir = out / "work" / run.name
-  if sft_dir is not None:
-    seed_workdir(sft_dir, workdir)
+  if sft_dir is not None and seed_workdir(sft_dir, workdir):
+    say(f"run {run.name}: its workdir was seeded from an SFT stage trained on other data; "
+        "starting it again")
   say(f"run {run.name}: pipeline")
   state, load_start, t0 = provenance.git_state(out), provenance.load(), time.perf_counter()
   stdout = execute(command(run.config, workdir, dict(run.overrides), "pipeline", run.seed),
