@@ -204,6 +204,14 @@ def registered() -> Sequence[str]:
   return tuple(sorted(_REGISTRY))
 
 
+def _factory(name: str) -> EnvironmentFactory:
+  """The registered factory of ``name``; an unknown name is an error naming the known ones."""
+  _import_builtin_environments()
+  if name not in _REGISTRY:
+    raise ValueError(f"env.name: unknown environment {name!r}; known: {sorted(_REGISTRY)}")
+  return _REGISTRY[name]
+
+
 def code_version(name: str) -> str:
   """SHA-256 of the source of the environment ``name``: every ``.py`` file of the package that
   registers it (or its module alone, outside a package).
@@ -211,10 +219,7 @@ def code_version(name: str) -> str:
   Data generated from an environment (tasks, expert conversations, references) is cached by
   this digest, so editing the environment's code can never serve data the code no longer writes.
   """
-  _import_builtin_environments()
-  if name not in _REGISTRY:
-    raise ValueError(f"env.name: unknown environment {name!r}; known: {sorted(_REGISTRY)}")
-  path = getattr(sys.modules.get(_REGISTRY[name].__module__), "__file__", None)
+  path = getattr(sys.modules.get(_factory(name).__module__), "__file__", None)
   if not path:
     raise ValueError(f"environment {name!r}: its module has no source file to version")
   folder = os.path.dirname(path)
@@ -229,10 +234,7 @@ def code_version(name: str) -> str:
 
 def make_environment(name: str, seed: int = 0, **kwargs: Any) -> Environment:
   """Builds the environment ``name`` (the ``env.name`` config value) from ``seed``."""
-  _import_builtin_environments()
-  if name not in _REGISTRY:
-    raise ValueError(f"env.name: unknown environment {name!r}; known: {sorted(_REGISTRY)}")
-  return _REGISTRY[name](seed=seed, **kwargs)
+  return _factory(name)(seed=seed, **kwargs)
 
 
 def make_environment_from_config(env_config: Mapping[str, Any]) -> Environment:
