@@ -93,6 +93,9 @@ def make_base_config() -> ml_collections.ConfigDict:
       epochs=0,  # 0 = repeat forever
       sft_seq_len=512,  # SFT rows are cut / padded to this many tokens
       sft_batch_size=8,  # global SFT batch (split evenly over processes)
+      # Each SFT batch is cut after its last trained token, rounded up to a multiple of this
+      # (data/pipeline.trained_width: the same loss, no work on trailing padding); 0 = whole rows
+      sft_bucket=256,
       read_threads=0,  # grain read threads (render + tokenise at read time); 0 = in the caller
       prefetch=0,  # grain prefetch buffer (elements) when read_threads > 0
   )
@@ -136,6 +139,9 @@ def make_base_config() -> ml_collections.ConfigDict:
       # The first updates of sft.steps on rows cut after the first assistant turn (the query and
       # the calls it asks for), many short rows per update: sft/stage.py says why.
       first_turn_steps=0, first_turn_rows=32, first_turn_seq_len=256,
+      # Which expert turns keep their <think> reasoning in the SFT rows: all | calls (the turns
+      # that call tools; the answer turn begins with the answer) | none
+      reasoning="all",
       log_every=10,  # steps between metric rows (and the progress bar's loss)
   )
   c.eval = defaults(eval_settings.EvalSettings)  # eval/settings.py: when, how many, intervals

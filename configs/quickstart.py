@@ -114,6 +114,8 @@ def get_config(arg=None):
     c.env.schemas = "none"
     c.sft.steps = 800
     c.sft.first_turn_steps = 200
+  if args.start == "kinds":
+    c.sft.reasoning = "calls"  # the answer turn starts with the answer: no unclosed <think>
 
   if args.long:  # not tuned: the default run at scale, to see what more updates buy
     c.sft.steps *= 2

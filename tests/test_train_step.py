@@ -148,3 +148,29 @@ def test_loss_gradient_through_the_model_matches_finite_differences():
   analytic = sum(jnp.vdot(a, b) for a, b in zip(jax.tree.leaves(g), jax.tree.leaves(d)))
   assert abs(float(analytic)) > 1e-3
   np.testing.assert_allclose(float(fd), float(analytic), rtol=2e-2)
+
+
+def test_an_sft_batch_cut_after_its_last_trained_token_makes_the_same_update():
+  """data/pipeline.trained_width: the trailing padding of SFT rows changes neither the loss nor
+  the update (causal attention: no trained position sees it)."""
+  from arenarl_jax.data import pipeline  # pylint: disable=g-import-not-at-top
+  rng = np.random.default_rng(3)
+  n, t = 4, 32
+  mask = np.zeros((n, t), np.float32)
+  for r, end in enumerate((9, 17, 5, 12)):  # rows of different lengths, then padding
+    mask[r, 2:end] = 1.0
+  batch = {"tokens_NT": np.where(mask.any(0, keepdims=True) | (np.arange(t) < 17),
+                                 rng.integers(0, CFG.vocab_size, (n, t)), 0).astype(np.int32),
+           "loss_mask_NT": mask, "temperature_N": np.ones((n,), np.float32)}
+  width = pipeline.trained_width(mask, 8)
+  assert width == 24  # the last trained token is at index 16 -> 17 -> up to a multiple of 8
+  cut = {k: v[:, :width] if v.ndim == 2 else v for k, v in batch.items()}
+  out = []
+  for b in (batch, cut):
+    graphdef, params = _model()
+    trainer = Trainer(graphdef, params, ONE(), losses.LossConfig(), make_optimizer(OPTIM, 10),
+                      chunk=8, objective="sft")
+    state, m = trainer.step(trainer.init_state(params), None, trainer.put_batch(b))
+    out.append((jax.device_get(state.params), float(m["loss"])))
+  assert out[0][1] == pytest.approx(out[1][1], rel=1e-6)
+  _close(out[0][0], out[1][0], 1e-6)

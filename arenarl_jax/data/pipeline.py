@@ -87,6 +87,15 @@ def prompt_batches(source: Any, *, batch_size: int, seed: int, shuffle: bool = T
   return ds.to_iter_dataset(_read_options(read_threads, prefetch))
 
 
+REASONING = ("all", "calls", "none")
+
+
+def keeps_reasoning(message: Mapping[str, Any], reasoning: str) -> bool:
+  """Whether an SFT row keeps this message's reasoning under ``sft.reasoning``."""
+  return (message.get("role") != "assistant" or reasoning == "all"
+          or (reasoning == "calls" and bool(message.get("tool_calls"))))
+
+
 class SFTFeatures:
   """Example -> ``{"tokens_T": int32, "loss_mask_T": float32}`` (length ``seq_len``) at read time.
 
@@ -96,17 +105,22 @@ class SFTFeatures:
   model trained from scratch to copy long before the few assistant tokens alone do. The first
   turn (the system prompt and its tool schemas, the same in every conversation) keeps weight 0.
   With ``first_turn_only`` a row ends where the first assistant turn does (the query and the
-  calls it asks for: ``sft.first_turn_steps``).
+  calls it asks for: ``sft.first_turn_steps``). ``reasoning`` says which assistant turns keep
+  their ``reasoning_content`` (``<think>`` block): ``all``, ``calls`` (the turns that call tools;
+  the answer turn starts with the answer) or ``none``.
   """
 
   def __init__(self, tokenizer: Any, *, seq_len: int,
                tools: Sequence[Mapping[str, Any]] | None = None,
                render: messages_lib.RenderFn | None = None, context_weight: float = 0.0,
-               first_turn_only: bool = False):
+               first_turn_only: bool = False, reasoning: str = "all"):
     if seq_len <= 0:
       raise ValueError(f"seq_len must be positive, got {seq_len}")
     if not 0.0 <= context_weight <= 1.0:
       raise ValueError(f"sft.context_weight must be in [0, 1], got {context_weight}")
+    if reasoning not in REASONING:
+      raise ValueError(f"sft.reasoning={reasoning!r}; known: {', '.join(REASONING)}")
+    self.reasoning = reasoning
     self.tokenizer, self.seq_len, self.tools = tokenizer, seq_len, list(tools or ())
     self.render = render or messages_lib.render_sft
     self.context_weight = float(context_weight)
@@ -115,7 +129,9 @@ class SFTFeatures:
   def __call__(self, example: records.Example) -> dict[str, np.ndarray]:
     if not example.messages:
       raise ValueError(f"{example.task_id}: no messages to train on (is this the sft split?)")
-    ids, mask = self.render(list(example.messages), self.tokenizer, self.tools or None)
+    messages = [m if keeps_reasoning(m, self.reasoning) else
+                {k: v for k, v in m.items() if k != "reasoning_content"} for m in example.messages]
+    ids, mask = self.render(messages, self.tokenizer, self.tools or None)
     if len(ids) != len(mask):
       raise ValueError(f"{example.task_id}: render gave {len(ids)} ids but {len(mask)} mask values")
     n = min(len(ids), self.seq_len)
@@ -143,6 +159,24 @@ def first_turn_end(mask: Sequence[int]) -> int:
   return int(on[0] + (off[0] if len(off) else len(mask) - on[0]))
 
 
+def trained_width(loss_mask_NT: np.ndarray, bucket: int) -> int:
+  """Where an SFT batch can be cut: just after its last trained token (nonzero weight), rounded
+  up to a multiple of ``bucket`` and never past the rows' length (``bucket`` 0: no cut).
+
+  Attention is causal and every trained position lies before the cut, so the loss and its
+  gradient are those of the whole rows; only the trailing padding goes. A quickstart
+  conversation averages about 780 of its row's 1,856 tokens, so the whole-row update spends more
+  than half its work on padding. Rounding to a bucket keeps the number of compiled shapes at
+  ``seq_len / bucket``.
+  """
+  t = loss_mask_NT.shape[1]
+  if bucket <= 0:
+    return t
+  cols = np.flatnonzero(np.asarray(loss_mask_NT).any(axis=0))
+  last = int(cols[-1]) + 1 if cols.size else 1
+  return min(t, -(-last // bucket) * bucket)
+
+
 def _stack(rows: Sequence[Mapping[str, np.ndarray]]) -> dict[str, np.ndarray]:
   return {"tokens_NT": np.stack([r["tokens_T"] for r in rows]),
           "loss_mask_NT": np.stack([r["loss_mask_T"] for r in rows])}
@@ -154,10 +188,11 @@ def sft_batches(source: Any, *, tokenizer: Any, seq_len: int, batch_size: int, s
                 epochs: int = 0, process_index: int | None = None,
                 process_count: int | None = None, read_threads: int = 0,
                 prefetch: int = 0, context_weight: float = 0.0,
-                first_turn_only: bool = False) -> grain.IterDataset:
+                first_turn_only: bool = False, reasoning: str = "all") -> grain.IterDataset:
   """Batches of ``batch_size`` tokenised SFT conversations for this process."""
   features = SFTFeatures(tokenizer, seq_len=seq_len, tools=tools, render=render,
-                         context_weight=context_weight, first_turn_only=first_turn_only)
+                         context_weight=context_weight, first_turn_only=first_turn_only,
+                         reasoning=reasoning)
   ds = examples(source, seed=seed, shuffle=shuffle, epochs=epochs, process_index=process_index,
                 process_count=process_count).map(features)
   ds = ds.batch(batch_size, drop_remainder=True, batch_fn=_stack)
@@ -193,7 +228,7 @@ def sft_batches_from_config(config: ml_collections.ConfigDict, source: Any, *, t
                      tools=tools, render=render, shuffle=d.shuffle, epochs=d.epochs,
                      process_index=index, process_count=count, read_threads=d.read_threads,
                      prefetch=d.prefetch, context_weight=s.context_weight,
-                     first_turn_only=first_turn)
+                     first_turn_only=first_turn, reasoning=s.reasoning)
 
 
 def position(iterator: grain.DatasetIterator) -> dict[str, Any]:

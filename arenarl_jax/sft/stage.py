@@ -4,7 +4,8 @@ Each update takes ``data.sft_batch_size`` conversations of the dataset's ``sft``
 with the environment's tools and tokenised at read time (``data.pipeline.sft_batches``: loss weight
 1 on every assistant body and its ``<|im_end|>``, ``sft.context_weight`` (default 0) on the user
 and tool turns, 0 on the system turn), and minimises the weighted mean of -log p
-(``losses.sft_loss``) with the RL update's
+(``losses.sft_loss``; each batch cut after its last trained token, rounded up to
+``data.sft_bucket``: the same loss without the trailing padding) with the RL update's
 machinery (``train_step.Trainer`` with ``objective="sft"``: the same sharding, donation,
 accumulation, clip + AdamW; ``sft.*`` sets the optimizer). Writes ``<workdir>/sft/metrics.jsonl``
 (+ TensorBoard; the SFT curve) and an orbax checkpoint in ``<workdir>/sft/checkpoints`` holding
@@ -31,7 +32,7 @@ import numpy as np
 from flax import nnx
 
 from arenarl_jax import checkpoint as ckpt_lib
-from arenarl_jax import metrics as metrics_lib, sharding
+from arenarl_jax import hosts, metrics as metrics_lib, sharding
 from arenarl_jax.rl import losses
 from arenarl_jax.data import builder, pipeline
 from arenarl_jax.envs import compact_schemas
@@ -104,8 +105,11 @@ def run(config: ml_collections.ConfigDict, workdir: str, policy: Policy, env: An
     for step in range(start, int(s.steps)):
       local = next(iterators["first_turn" if step < first_steps else "whole"])
       n = local["tokens_NT"].shape[0]
-      batch = trainer.put_batch({"tokens_NT": local["tokens_NT"].astype(np.int32),
-                                 "loss_mask_NT": local["loss_mask_NT"].astype(np.float32),
+      # Every host cuts its rows to the same width: the global batch has one shape.
+      t = hosts.global_max(pipeline.trained_width(local["loss_mask_NT"],
+                                                  int(config.data.sft_bucket)))
+      batch = trainer.put_batch({"tokens_NT": local["tokens_NT"][:, :t].astype(np.int32),
+                                 "loss_mask_NT": local["loss_mask_NT"][:, :t].astype(np.float32),
                                  "temperature_N": np.ones((n,), np.float32)})
       state, m = trainer.step(state, None, batch)
       tokens_since += float((local["loss_mask_NT"] == 1).sum())

@@ -228,3 +228,35 @@ def test_pipelines_from_config_split_the_global_batch(dataset, smollm2_tokenizer
   c.rl.prompts_per_step = 3
   with pytest.raises(ValueError, match="multiple of the process count 2"):
     pipeline.prompt_batches_from_config(c, src, process_index=0, process_count=2)
+
+
+def test_trained_width_cuts_trailing_padding_to_a_bucket():
+  mask = np.zeros((2, 20), np.float32)
+  mask[0, 3:6] = 1.0
+  mask[1, 2:11] = 0.5  # a context weight counts as trained
+  assert pipeline.trained_width(mask, 4) == 12  # last trained index 10 -> 11 -> 12
+  assert pipeline.trained_width(mask, 8) == 16 and pipeline.trained_width(mask, 16) == 16
+  assert pipeline.trained_width(mask, 32) == 20  # never past the rows
+  assert pipeline.trained_width(mask, 0) == 20  # 0: whole rows
+  assert pipeline.trained_width(np.zeros((2, 20)), 4) == 4  # nothing trained: one bucket
+
+
+def test_sft_reasoning_keeps_the_think_blocks_asked_for(smollm2_tokenizer):
+  tok, tools = smollm2_tokenizer, data_fakes.FakeEnvironment().tool_source().tools()
+  conversation = _conversation()
+  conversation[-1] = {**conversation[-1], "reasoning_content": "The lookup answered."}
+  example = records.Example("a/b/0", "a", "b", "q", messages=tuple(conversation))
+
+  def trained(reasoning):
+    row = pipeline.SFTFeatures(tok, seq_len=400, tools=tools, reasoning=reasoning)(example)
+    return tok.decode([i for i, m in zip(row["tokens_T"], row["loss_mask_T"]) if m])
+
+  both = trained("all")
+  assert "Look it up." in both and "The lookup answered." in both
+  calls = trained("calls")  # the calling turn keeps its reasoning, the answer turn starts bare
+  assert "Look it up." in calls and "The lookup answered." not in calls
+  assert "<|im_end|>It is value-of-red." in calls
+  assert "<think>" not in trained("none") and "value-of-red" in trained("none")
+  assert conversation[-1]["reasoning_content"]  # the record itself is untouched
+  with pytest.raises(ValueError, match="sft.reasoning"):
+    pipeline.SFTFeatures(tok, seq_len=8, reasoning="some")
