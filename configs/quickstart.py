@@ -4,11 +4,11 @@
 
 On the travel environment: a 2-layer Llama-family model (``model.init.preset=quickstart``) with a
 4,096-token BPE trained on the environment's text plus one id per city and place name
-(``arenarl_jax/text/task_tokenizer.py`` says why), SFT on the expert's conversations, then ArenaRL (seeded single elimination, groups of 4 with a
-greedy anchor, a KL penalty) trained against the rubric judge under a stated noise model
-(below), then the policy's greedy rollouts of all 250 held-out test tasks (50 per subtask) judged
-by the strict verifier and by the NOISE-FREE checker against the references and against the SFT
-policy it started from. Prints the SFT
+(``arenarl_jax/text/task_tokenizer.py`` says why), SFT on the expert's conversations, then
+ArenaRL (seeded single elimination, groups of 4 with a greedy anchor, a KL penalty) trained
+against the rubric judge under a stated noise model (below), then the policy's greedy rollouts of
+all 250 held-out test tasks (50 per subtask) judged by the strict verifier and by the NOISE-FREE
+checker against the references and against the SFT policy it started from. Prints the SFT
 loss, the results table of the starting policy (step 0) and of the final one (per subtask: valid
 rate, win rate vs reference and vs SFT with 95% bootstrap intervals over tasks, judged + failed
 matches), the time per stage, and ends with
@@ -27,12 +27,17 @@ greedy; commands and the full table in benchmarks/README.md, Quickstart):
   - ``kinds`` (the default): each city and place one id (``model.init.whole_names``) whose
     embedding starts from a vector shared by its kind (``model.init.name_init=by_kind``,
     arenarl_jax/sft/name_init.py says why), no tool list in the prompt (``env.schemas=none``:
-    the query ~20 tokens into a row, not ~560), and 200 of the 800 SFT updates on 32 short rows
-    cut after the first assistant turn (``sft.first_turn_steps``). Valid 0.62, limit stops
-    0.10, met 0.061; 237 of its 239 first-turn calls that name a city name the query's, 3 of
-    91 that name a place the query's.
-  - ``reading``: the same with random name embeddings: valid 0.24, limit stops 0.11, met 0.031,
-    224 of 226 cities, 0 of 80 places (the start of the training studies in experiments/).
+    the query ~20 tokens into a row, not ~560), 200 of the 800 SFT updates on 32 short rows
+    cut after the first assistant turn (``sft.first_turn_steps``), and the answer turn trained
+    without the expert's one-line ``<think>`` block (``sft.reasoning=calls``; the calling
+    turns keep theirs). Valid 0.75, limit stops 0.06, met 0.078 (with every turn's reasoning:
+    0.57, 0.10, 0.062, most invalid answers written inside a ``<think>`` never closed; with no
+    reasoning at all: 0.50, 0.28, 0.047; ``calls`` with 1,200 updates: 0.74, 0.14, 0.114).
+    With every turn's reasoning, 237 of its 239 first-turn calls that name a city name the
+    query's, 3 of 91 that name a place the query's.
+  - ``reading``: the same with random name embeddings and every turn's reasoning: valid 0.24,
+    limit stops 0.11, met 0.031, 224 of 226 cities, 0 of 80 places (the start of the training
+    studies in experiments/).
   - ``plain``: the task BPE without whole names, compact tool schemas, 240 SFT updates (a quarter
     of the time): valid 0.35, limit stops 0.60, met 0.030; its calls name a memorised city
     (4 of 245 the query's; ``python -m arenarl_jax.eval.query_reading`` gives its first turn the
@@ -42,9 +47,15 @@ Also tried: ``sft.context_weight`` (the query and tool results trained too) make
 write tool results in its answers (85% invalid); two LR schedules for the two SFT phases gave
 valid 0.56, met 0.049 on the ``reading`` start.
 
-RL: the method's KL penalty, ``loss.kl_coef=0.02``, and ``optim.lr=5e-5``. From the ``kinds``
-start the tournament's rewards recover the noise-free checker's order within a group (Kendall tau
-about 0.7, ``reward/checker_tau``), yet 8 steps do not move the met rate on validation: -0.0038
+RL: the method's KL penalty, ``loss.kl_coef=0.02``, and ``optim.lr=5e-5``. On all 250
+validation tasks, 8 steps from the default start change met by +0.0002 [-0.0074, +0.0082]
+(valid 0.72 -> 0.75, limit stops 0.04); lr 3e-4 by -0.0140 [-0.0234, -0.0043] (limit stops
+0.20). From the 1,200-update start: -0.0126 [-0.0201, -0.0051] at 5e-5, -0.0096 at 3e-4,
+-0.0063 [-0.0139, +0.0011] with the judge's noise removed, and -0.0009 [-0.0091, +0.0073] with
+advantages permuted within each group (no information): the ranking does worse than none.
+Before ``sft.reasoning=calls``, from the ``kinds`` start the tournament's rewards recovered the
+noise-free checker's order within a group (Kendall tau about 0.7, ``reward/checker_tau``), yet
+8 steps do not move the met rate on validation: -0.0038
 [-0.0148, +0.0071] at lr 5e-5, +0.0009 [-0.0129, +0.0140] at 3e-4 (limit stops 0.18), and
 lr 1e-3 collapses the policy (valid 0.07); 16 steps at 5e-5 give -0.0050 [-0.0169, +0.0079] with
 limit stops rising to 0.14. On the ``reading`` start kl_coef 0.02 against 0
@@ -52,13 +63,18 @@ gave -0.0045 [-0.0146, +0.0058] and -0.0085 [-0.0176, +0.0009]: no sign that it 
 Why RL does not raise met: with the judge's noise removed, 60 steps lower it by 0.031 [0.015,
 0.048]. The checker gives answer credit to 2 of this start's 100 validation answers, so every
 ranking is by path alone, and RL trades answers for tool calls (benchmarks/README.md, "What RL
-does with a perfect judge").
+does with a perfect judge"). From the ``calls`` starts the verifier credits some requirement of
+the answer on 34 (800 updates) and 75 (1,200) of the 250 validation answers, yet the checker
+gives answer credit to 5 and 7: those answers state a median of 7 wrong figures, and every wrong
+figure beyond the second costs answer credit (``envs/travel/checker.py``), so the tournament
+still ranks by path alone.
 
 Args (after a colon, comma-separated): method=arenarl|grpo|gspo, topology=<tournament topology>,
-group_size=<G>, start=kinds|reading|plain (above), long (45 min here: the same model, judge,
-sampling and evaluation with twice the SFT updates and 240 RL steps instead of 8; run once, its
-outcome is in benchmarks/README.md, Quickstart), smoke (seconds: a tiny model and a handful of
-tasks, for the test suite), runlocal (the old name of smoke), e.g.
+group_size=<G>, start=kinds|reading|plain (above), long (the same model, judge, sampling and
+evaluation with twice the SFT updates and 240 RL steps instead of 8; run once, 45 min, before
+``sft.reasoning=calls`` and the cut SFT rows; its outcome is in benchmarks/README.md,
+Quickstart), smoke (seconds: a tiny model and a handful of tasks, for the test suite), runlocal
+(the old name of smoke), e.g.
   --config=configs/quickstart.py:smoke
   --config=configs/quickstart.py:long
 """
