@@ -51,9 +51,10 @@ gave valid 0.60, met 0.058, and a 192-wide model valid 0.57, met 0.057.
 RL: the method's KL penalty, ``loss.kl_coef=0.02``, and ``optim.lr=5e-5``. On all 250
 validation tasks, 8 steps from the default start change met by +0.0002 [-0.0074, +0.0082]
 (valid 0.72 -> 0.75, limit stops 0.04); lr 3e-4 by -0.0140 [-0.0234, -0.0043] (limit stops
-0.20); 24 steps by -0.0058 [-0.0141, +0.0029]. From the 1,200-update start: -0.0126 [-0.0201, -0.0051] at 5e-5, -0.0096 at 3e-4,
--0.0063 [-0.0139, +0.0011] with the judge's noise removed, and -0.0009 [-0.0091, +0.0073] with
-advantages permuted within each group (no information): the ranking does worse than none.
+0.20); 24 steps by -0.0058 [-0.0141, +0.0029]. From the 1,200-update start: -0.0126
+[-0.0201, -0.0051] at 5e-5, -0.0096 at 3e-4, -0.0063 [-0.0139, +0.0011] with the judge's
+noise removed, and -0.0009 [-0.0091, +0.0073] with advantages permuted within each group (no
+information): the ranking does worse than none.
 Before ``sft.reasoning=calls``, from the ``kinds`` start the tournament's rewards recovered the
 noise-free checker's order within a group (Kendall tau about 0.7, ``reward/checker_tau``), yet
 8 steps do not move the met rate on validation: -0.0038
