@@ -14,7 +14,6 @@ side by side. Times are the median over ``--steps`` updates after one warm-up up
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import itertools
 import statistics
 import tempfile
@@ -24,18 +23,11 @@ import jax
 import numpy as np
 from flax import nnx
 
-from arenarl_jax import sharding
+from arenarl_jax import config_tree, sharding
 from arenarl_jax.data import pipeline
 from arenarl_jax.envs import base, compact_schemas
 from arenarl_jax.sft import policy as policy_lib
 from arenarl_jax.sft import stage
-
-
-def load_config(path: str):
-  spec = importlib.util.spec_from_file_location("bench_config", path)
-  module = importlib.util.module_from_spec(spec)
-  spec.loader.exec_module(module)
-  return module.get_config()
 
 
 def main() -> None:
@@ -43,7 +35,7 @@ def main() -> None:
   parser.add_argument("--config", default="configs/quickstart.py")
   parser.add_argument("--steps", type=int, default=30)
   args = parser.parse_args()
-  config = load_config(args.config)
+  config = config_tree.load_config_file(args.config)
   env = base.make_environment(config.env.name, seed=config.env.seed)
   policy = policy_lib.make_policy(config, tempfile.mkdtemp(prefix="sft_rows_"), env)
   source = stage.builder.data_source(stage.dataset_path(config), "sft")
@@ -61,10 +53,7 @@ def main() -> None:
     times = []
     for k, local in enumerate(batches):
       t = pipeline.trained_width(local["loss_mask_NT"], bucket if name == "cut" else 0)
-      batch = trainer.put_batch({"tokens_NT": local["tokens_NT"][:, :t].astype(np.int32),
-                                 "loss_mask_NT": local["loss_mask_NT"][:, :t].astype(np.float32),
-                                 "temperature_N": np.ones((local["tokens_NT"].shape[0],),
-                                                          np.float32)})
+      batch = trainer.put_batch(pipeline.cut(local, t))
       start = time.perf_counter()
       state, m = trainer.step(state, None, batch)
       loss = float(jax.device_get(m["loss"]))

@@ -177,6 +177,15 @@ def trained_width(loss_mask_NT: np.ndarray, bucket: int) -> int:
   return min(t, -(-last // bucket) * bucket)
 
 
+def cut(batch: Mapping[str, np.ndarray], width: int) -> dict[str, np.ndarray]:
+  """An SFT batch's rows cut to their first ``width`` tokens (``trained_width``), as the
+  trainer takes them: int32 tokens, float32 loss weights, temperature 1."""
+  n = batch["tokens_NT"].shape[0]
+  return {"tokens_NT": batch["tokens_NT"][:, :width].astype(np.int32),
+          "loss_mask_NT": batch["loss_mask_NT"][:, :width].astype(np.float32),
+          "temperature_N": np.ones((n,), np.float32)}
+
+
 def _stack(rows: Sequence[Mapping[str, np.ndarray]]) -> dict[str, np.ndarray]:
   return {"tokens_NT": np.stack([r["tokens_T"] for r in rows]),
           "loss_mask_NT": np.stack([r["loss_mask_T"] for r in rows])}

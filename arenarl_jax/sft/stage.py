@@ -28,7 +28,6 @@ from typing import Any
 
 import jax
 import ml_collections
-import numpy as np
 from flax import nnx
 
 from arenarl_jax import checkpoint as ckpt_lib
@@ -104,13 +103,10 @@ def run(config: ml_collections.ConfigDict, workdir: str, policy: Policy, env: An
     t_log, tokens_since = time.perf_counter(), 0.0
     for step in range(start, int(s.steps)):
       local = next(iterators["first_turn" if step < first_steps else "whole"])
-      n = local["tokens_NT"].shape[0]
       # Every host cuts its rows to the same width: the global batch has one shape.
       t = hosts.global_max(pipeline.trained_width(local["loss_mask_NT"],
                                                   int(config.data.sft_bucket)))
-      batch = trainer.put_batch({"tokens_NT": local["tokens_NT"][:, :t].astype(np.int32),
-                                 "loss_mask_NT": local["loss_mask_NT"][:, :t].astype(np.float32),
-                                 "temperature_N": np.ones((n,), np.float32)})
+      batch = trainer.put_batch(pipeline.cut(local, t))
       state, m = trainer.step(state, None, batch)
       tokens_since += float((local["loss_mask_NT"] == 1).sum())
       done = step + 1
