@@ -36,6 +36,9 @@ class TravelSettings:
 
   train_per_subtask: int = 250  # training tasks per subtask (5 subtasks)
   test_per_subtask: int = 50  # test tasks per subtask (the paper's test set: 5 x 50)
+  # The checker's cost, on answer relevance, feasibility and clarity, of every wrong fact beyond
+  # the second (envs/travel/checker.py says why; 0-10 points each).
+  wrong_fact_cost: int = 4
 
 
 @dataclasses.dataclass(frozen=True)

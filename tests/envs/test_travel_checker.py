@@ -12,6 +12,7 @@ from arenarl_jax import tournament
 from arenarl_jax import types
 from arenarl_jax.envs.travel import checker as checker_lib
 from arenarl_jax.envs.travel import expert as expert_lib
+from arenarl_jax.envs.travel import reading as reading_lib
 from arenarl_jax.judges import rubric as rubric_lib
 from arenarl_jax.judges import rubric_judge
 from travel_expert import env, expert_trajectory, tests_by_subtask  # noqa: F401  (fixtures)
@@ -220,3 +221,28 @@ def test_naming_every_candidate_chooses_none(env, tests_by_subtask):
   scores = env.checker(_with_answer(good, results))["answer"]
   assert scores["feasibility"] == 0 and scores["details"] <= 3 and scores["clarity"] == 0, scores
   assert scores["relevance"] <= 10 - 2 * checker_lib.STEP_ANSWER, scores
+
+
+def test_wrong_fact_cost_sets_the_cascade_beyond_the_second_wrong_fact(env, tests_by_subtask):
+  """Every wrong fact beyond the second costs ``wrong_fact_cost`` on relevance, feasibility and
+  clarity: with cost 0 the answer keeps its coverage, with cost c it loses c per extra fact."""
+  task = tests_by_subtask["search"][3]
+  good = expert_trajectory(env, task, 0.0, 3)
+  lines = good.final_answer.splitlines()
+  a, b = lines[1].split(": ", 1), lines[2].split(": ", 1)
+  swapped = _with_answer(good, "\n".join(lines[:1] + [f"{a[0]}: {b[1]}", f"{b[0]}: {a[1]}"]
+                                         + lines[3:]))
+  _, gt = env._checker.truth(task.id)
+  wrong = len(reading_lib.read(env.world, task, gt, swapped.final_answer,
+                               reading_lib.calls_of(swapped)).wrong)
+  assert wrong >= 4, wrong  # both picks' price, rating and distance moved to the other place
+  free = checker_lib.TravelChecker(env.seed, wrong_fact_cost=0)(swapped)["answer"]
+  assert free["relevance"] > 0 and free["clarity"] > 0
+  for cost in (1, 2, checker_lib.STEP_ANSWER):
+    got = checker_lib.TravelChecker(env.seed, wrong_fact_cost=cost)(swapped)["answer"]
+    for dim in ("relevance", "feasibility", "clarity"):
+      assert got[dim] == max(0.0, free[dim] - cost * (wrong - checker_lib.FREE_WRONG)), (cost, dim)
+    assert got["details"] == free["details"] == 0.0
+  assert checker_lib.TravelChecker(env.seed)(swapped) == env.checker(swapped)
+  with pytest.raises(ValueError, match="wrong_fact_cost"):
+    checker_lib.TravelChecker(env.seed, wrong_fact_cost=11)

@@ -31,8 +31,11 @@ neutral restatements. A call *serves* the task when it is one of the needed call
   answer.clarity    10; 6 for fewer than three lines; 2 under 80 characters; - 4 x places,
                     services and documents named beyond what the task asks for
 
-Every wrong fact beyond the second (details is spent by then) also costs one step of 4 on
-relevance, feasibility and clarity. An answer that covers no sub-need, a trajectory that stopped
+Every wrong fact beyond the second (details is spent by then) also costs ``wrong_fact_cost``
+(``env.travel.wrong_fact_cost``; by default one step of 4) on relevance, feasibility and clarity:
+at 4 an extra wrong fact outweighs three covered sub-needs (one step of relevance each), so an
+answer with a few right facts among many wrong ones scores what an empty one does; at 1 a
+covered sub-need outweighs one extra wrong fact but not two. An answer that covers no sub-need, a trajectory that stopped
 at a limit and one whose last turn is an unanswered call (``base.final_answer`` is "") score 0
 on every answer dimension.
 
@@ -93,10 +96,17 @@ def _clip(x: float) -> float:
 
 
 class TravelChecker:
-  """``checker(trajectory) -> {"path": {...}, "answer": {...}}`` for one world seed."""
+  """``checker(trajectory) -> {"path": {...}, "answer": {...}}`` for one world seed.
 
-  def __init__(self, seed: int):
+  ``wrong_fact_cost``: what every wrong fact beyond the second costs on answer relevance,
+  feasibility and clarity (the module doc's cascade; by default one answer step).
+  """
+
+  def __init__(self, seed: int, wrong_fact_cost: int = STEP_ANSWER):
+    if not 0 <= int(wrong_fact_cost) <= 10:
+      raise ValueError(f"env.travel.wrong_fact_cost must be in 0..10, got {wrong_fact_cost}")
     self.seed = int(seed)
+    self.wrong_fact_cost = int(wrong_fact_cost)
     self.world = world_lib.make_world(self.seed)
     self._truth: dict[str, tuple[Any, truth_lib.Truth]] = {}
 
@@ -152,7 +162,7 @@ class TravelChecker:
     breaks = reading_lib.plan_breaks(r)
     broken = sum(len(v) if k == "schedule" else bool(v) for k, v in breaks.items())
     wrong = len(r.wrong)
-    cascade = STEP_ANSWER * max(0, wrong - FREE_WRONG)
+    cascade = self.wrong_fact_cost * max(0, wrong - FREE_WRONG)
     details = 10 - STEP_ANSWER * wrong
     if r.checked < 2 or not breaks:
       details = min(details, 3)

@@ -29,7 +29,7 @@ class TravelEnvironment:
 
   ``tool_max_chars`` cuts tool outputs (the reference uses 5,000); ``train_per_subtask`` and
   ``test_per_subtask`` size the splits; ``reference_error_rate`` is the expert's error rate for
-  evaluation references.
+  evaluation references; ``wrong_fact_cost`` is the checker's (``checker.TravelChecker``).
   """
 
   name = "travel"
@@ -39,11 +39,12 @@ class TravelEnvironment:
   def __init__(self, seed: int = 0, tool_max_chars: int = inprocess.DEFAULT_MAX_CHARS,
                train_per_subtask: int = tasks_lib.TRAIN_PER_SUBTASK,
                test_per_subtask: int = tasks_lib.TEST_PER_SUBTASK,
-               reference_error_rate: float = expert_lib.REFERENCE_ERROR_RATE):
+               reference_error_rate: float = expert_lib.REFERENCE_ERROR_RATE,
+               wrong_fact_cost: int = checker_lib.STEP_ANSWER):
     self.seed = int(seed)
     self.world = world_lib.make_world(self.seed)
     self._source = tools_lib.make_tool_source(self.world, max_chars=tool_max_chars)
-    self._checker = checker_lib.TravelChecker(self.seed)
+    self._checker = checker_lib.TravelChecker(self.seed, wrong_fact_cost=wrong_fact_cost)
     self._expert = expert_lib.TravelExpert(self.world, self._source)
     self._sizes = (int(train_per_subtask), int(test_per_subtask))
     if not 0.0 <= reference_error_rate <= 1.0:
