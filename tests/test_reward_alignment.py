@@ -77,3 +77,22 @@ def test_the_command_scores_a_workdir_and_sets_env_keys(travel_rows, tmp_path, c
   assert out["pick_vs_anchor"] > 0
   with pytest.raises(ValueError, match="travel.nothing=1"):
     ra.main([f"--workdir={tmp_path}", "--set=travel.nothing=1"])
+
+
+def test_the_training_judge_without_noise_ranks_as_the_checker(travel_rows, tmp_path, capsys):
+  """``--judge``: one step's tournament rewards; with the judge's noise off the tournament
+  orders each group as the checker does, so the pick and its gain are the checker's."""
+  env, rows = travel_rows
+  config = config_tree.make_base_config()
+  config.env.name = "travel"
+  config_tree.use_noisy_rubric_judge(config)
+  for key in ("pointwise_std", "pairwise_std", "position_bias", "saturation"):
+    config.judge.noise[key] = 0.0
+  (tmp_path / "config.json").write_text(json.dumps(config.to_dict()))
+  path = tmp_path / "groups.jsonl"
+  path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+  judged = ra.main([f"--workdir={tmp_path}", f"--file={path}", "--judge"])
+  assert "the training judge's rewards" in capsys.readouterr().out
+  checked = ra.measure(env, rows)
+  for key in ("pick_gain", "pick_vs_anchor", "tau"):
+    assert judged[key] == pytest.approx(checked[key]), key
