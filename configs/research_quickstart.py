@@ -24,7 +24,9 @@ writing 0.60), met 0.33, limit stops 0.03. Before the expert's plan and reading 
 report's headings (``envs/research/expert.py``), the same start answered validly on 0.47 (met
 0.25): most invalid answers had another kind's structure, the kind being read from a query
 hundreds of tool-result tokens back. Most of what is left invalid is tool-call markup in the
-final answer, or an answer under 40 words.
+final answer, or an answer under 40 words. These numbers are one draw of a wide spread: with the
+SFT data in another order (``data.seed=1``) the same start answered validly on 0.27, met 0.13
+(benchmarks/README.md, "The research quickstart's SFT start").
 
 Args (after a colon, comma-separated): method=arenarl|grpo|gspo, topology=<tournament topology>,
 group_size=<G>, smoke (seconds: a tiny model and a handful of tasks, for the test suite), e.g.
