@@ -40,7 +40,7 @@ from typing import Any, Callable, Mapping, Sequence
 import numpy as np
 
 from arenarl_jax.eval import bootstrap
-from arenarl_jax.judges import rubric as rubric_lib
+from arenarl_jax.eval import run as eval_run
 from arenarl_jax.rl import stats
 from arenarl_jax.text import messages as messages_lib
 
@@ -79,13 +79,6 @@ def groups(rows: Sequence[Mapping[str, Any]]) -> list[list[Mapping[str, Any]]]:
   return [sorted(g, key=lambda r: r["index"]) for g in by_task.values()]
 
 
-def checker_score(env: Any, rubric: rubric_lib.Rubric, row: Mapping[str, Any]) -> float:
-  """The rubric's combined score of one evaluation row by the environment's checker."""
-  scores = env.checker(trajectory(row))
-  return float(rubric.combine([scores["path"][d.name] for d in rubric.path],
-                              [scores["answer"][d.name] for d in rubric.answer])[2])
-
-
 def trajectory(row: Mapping[str, Any]) -> Any:
   return messages_lib.trajectory_from_messages(
       row["messages"], metadata=row.get("metadata") or {"task_id": row["task_id"]},
@@ -97,11 +90,13 @@ def measure(env: Any, rows: Sequence[Mapping[str, Any]], *, judged: Callable | N
   """:func:`alignment` of an evaluation file's rows, scored by ``env``'s checker, or with
   ``judged`` (groups of trajectories -> rewards [B, G]) by a training judge's rewards."""
   grouped = groups(rows)
+  trajectories = [[trajectory(r) for r in g] for g in grouped]
   if judged is None:
-    rubric = rubric_lib.load_rubric(env.rubric)
-    score_BG = np.array([[checker_score(env, rubric, r) for r in g] for g in grouped])
+    # The noise-free rubric judge's pointwise score: the checker's, combined by the rubric.
+    flat = eval_run.checker_judge(env).score([t for g in trajectories for t in g]).scores
+    score_BG = np.asarray(flat, np.float64).reshape(len(grouped), -1)
   else:
-    score_BG = np.asarray(judged([[trajectory(r) for r in g] for g in grouped]))
+    score_BG = np.asarray(judged(trajectories))
   met_BG = [[r["met"] / r["total"] for r in g] for g in grouped]
   return alignment(score_BG, np.array(met_BG), **kwargs)
 
@@ -130,13 +125,10 @@ def set_env_key(config: Any, item: str) -> None:
   """Applies ``KEY=VALUE`` to ``config.env`` (``KEY`` dotted below ``env``, the value cast to the
   key's type)."""
   key, sep, value = item.partition("=")
-  *parents, last = key.split(".")
-  node = config.env
-  for name in parents:
-    node = node.get(name) if hasattr(node, "get") else None
-  if not sep or node is None or last not in node:
+  current = _flatten(config.env.to_dict())
+  if not sep or key not in current:
     raise ValueError(f"--set {item!r}: expected KEY=VALUE with env.KEY a config key")
-  node[last] = type(node[last])(value)
+  config.update_from_flattened_dict({f"env.{key}": type(current[key])(value)})
 
 
 def main(argv: Sequence[str] | None = None) -> dict[str, float]:

@@ -35,9 +35,9 @@ Every wrong fact beyond the second (details is spent by then) also costs ``wrong
 (``env.travel.wrong_fact_cost``; by default one step of 4) on relevance, feasibility and clarity:
 at 4 an extra wrong fact outweighs three covered sub-needs (one step of relevance each), so an
 answer with a few right facts among many wrong ones scores what an empty one does; at 1 a
-covered sub-need outweighs one extra wrong fact but not two. An answer that covers no sub-need, a trajectory that stopped
-at a limit and one whose last turn is an unanswered call (``base.final_answer`` is "") score 0
-on every answer dimension.
+covered sub-need outweighs one extra wrong fact but not two. An answer that covers no sub-need,
+a trajectory that stopped at a limit and one whose last turn is an unanswered call
+(``base.final_answer`` is "") score 0 on every answer dimension.
 
 Which dimension each expert error kind lowers (one error = one step of the amounts above):
 
