@@ -7,15 +7,19 @@ the same source gives byte-identical record files in any process. Read back with
 :func:`load` (``tfds.builder_from_directory``: no builder class or environment needed) and
 ``as_data_source(split)``.
 
-Config names say what was built: ``<env>-seed<s>-err<rate>-<code>`` for an environment, where
-``<code>`` digests the source that writes its records (the environment's package and this
-package's record code: edited code is a new dataset, never a stale cache), and
+Config names say what was built: ``<env>-seed<s>-err<rate>-<code>[-set<digest>]`` for an
+environment, where ``<code>`` digests the source that writes its records (the environment's
+package and this package's record code: edited code is a new dataset, never a stale cache) and
+``<digest>`` the environment's settings that shape records and differ from their defaults
+(``base.records_settings``: ``env.tool_max_chars``, ``env.travel.train_per_subtask``, ...; a
+changed split size is a new dataset, never a stale one), and
 ``<env>-import-<hash of the files>[-skip]`` for imported data (a changed file is a new dataset).
 """
 from __future__ import annotations
 
 import contextlib
 import hashlib
+import json
 import os
 from typing import Any, Iterable, Iterator
 
@@ -36,7 +40,8 @@ class SourceConfig(tfds.core.BuilderConfig):
 
   def __init__(self, *, source: str = "env", env: str = "travel", env_seed: int = 0,
                error_rate: float = 0.3, import_dir: str = "",
-               import_subtasks: tuple[str, ...] = (), skip_bad_rows: bool = False):
+               import_subtasks: tuple[str, ...] = (), skip_bad_rows: bool = False,
+               env_settings: dict[str, Any] | None = None):
     if source not in SOURCES:
       raise ValueError(f"data.source: {source!r} is not one of {SOURCES}")
     if not 0.0 <= error_rate <= 1.0:
@@ -46,11 +51,17 @@ class SourceConfig(tfds.core.BuilderConfig):
     self.import_dir = os.path.abspath(os.path.expanduser(import_dir)) if import_dir else ""
     self.import_subtasks = tuple(import_subtasks)
     self.layout: importer.Layout | None = None
+    self.env_settings = dict(sorted((env_settings or {}).items()))
     if source == "env":
       name = f"{env}-seed{self.env_seed}-err{self.error_rate:g}-{env_code_version(env)[:12]}"
+      settings = ""
+      if self.env_settings:
+        text = json.dumps(self.env_settings, sort_keys=True)
+        name += "-set" + hashlib.sha256(text.encode()).hexdigest()[:8]
+        settings = f" Settings: {text}."
       description = (f"Environment {env!r} built from env.seed={self.env_seed}: train prompts, "
                      f"expert SFT conversations (error rate 0) and test prompts with expert "
-                     f"references at error rate {self.error_rate:g}.")
+                     f"references at error rate {self.error_rate:g}.{settings}")
     else:
       if not self.import_dir:
         raise ValueError("data.import_dir must name a directory when data.source='import'")
@@ -74,9 +85,11 @@ def env_code_version(env: str) -> str:
 def make_source_config(config: ml_collections.ConfigDict) -> SourceConfig:
   """The source the run's config asks for (``data.*`` and ``env.*``)."""
   subtasks = tuple(s.strip() for s in config.data.import_subtasks.split(",") if s.strip())
+  env_settings = base.records_settings(config.env) if config.data.source == "env" else None
   return SourceConfig(source=config.data.source, env=config.env.name, env_seed=config.env.seed,
                       error_rate=config.env.reference_error_rate, import_dir=config.data.import_dir,
-                      import_subtasks=subtasks, skip_bad_rows=config.data.skip_bad_rows)
+                      import_subtasks=subtasks, skip_bad_rows=config.data.skip_bad_rows,
+                      env_settings=env_settings)
 
 
 class ArenaDataset(tfds.core.GeneratorBasedBuilder):
@@ -93,13 +106,14 @@ class ArenaDataset(tfds.core.GeneratorBasedBuilder):
         features=tfds.features.FeaturesDict({f: tfds.features.Text() for f in records.FIELDS}),
         disable_shuffling=True,
         metadata=tfds.core.MetadataDict(source=cfg.source, env=cfg.env, env_seed=cfg.env_seed,
-                                        error_rate=cfg.error_rate, import_dir=cfg.import_dir))
+                                        error_rate=cfg.error_rate, import_dir=cfg.import_dir,
+                                        env_settings=json.dumps(cfg.env_settings)))
 
   def _split_generators(self, dl_manager: Any) -> dict[str, Iterable[tuple[int, dict[str, str]]]]:
     del dl_manager  # nothing is downloaded
     cfg: SourceConfig = self.builder_config
     if cfg.source == "env":
-      env = base.make_environment(cfg.env, cfg.env_seed)
+      env = base.make_environment(cfg.env, cfg.env_seed, **cfg.env_settings)
       return {split: self._generate_examples(env_examples.split_records(
                   env, split, seed=cfg.env_seed, error_rate=cfg.error_rate))
               for split in records.splits_for(env.subtasks)}

@@ -237,9 +237,9 @@ def make_environment(name: str, seed: int = 0, **kwargs: Any) -> Environment:
   return _factory(name)(seed=seed, **kwargs)
 
 
-def make_environment_from_config(env_config: Mapping[str, Any]) -> Environment:
-  """The environment of a run's ``env`` config section (``name``, ``seed``, the keys every
-  environment takes and the ``env.<name>`` section, checked against its registered settings)."""
+def environment_kwargs(env_config: Mapping[str, Any]) -> dict[str, Any]:
+  """The constructor keywords of a run's ``env`` section besides ``seed``: the keys every
+  environment takes and the ``env.<name>`` section, checked against its registered settings."""
   name = env_config["name"]
   kwargs = {k: env_config[k] for k in env_settings.COMMON_KEYS if k in env_config}
   own = env_config.get(name, None)
@@ -248,4 +248,30 @@ def make_environment_from_config(env_config: Mapping[str, Any]) -> Environment:
     kwargs.update(dataclasses.asdict(settings_from_config(spec.settings, own, f"env.{name}")))
   else:  # an environment without registered settings takes its section's keys as they are
     kwargs.update(section_dict(own, f"env.{name}"))
-  return make_environment(name, int(env_config["seed"]), **kwargs)
+  return kwargs
+
+
+def make_environment_from_config(env_config: Mapping[str, Any]) -> Environment:
+  """The environment of a run's ``env`` config section (``name``, ``seed`` and
+  :func:`environment_kwargs`)."""
+  return make_environment(env_config["name"], int(env_config["seed"]),
+                          **environment_kwargs(env_config))
+
+
+def records_settings(env_config: Mapping[str, Any]) -> dict[str, Any]:
+  """The settings of :func:`environment_kwargs` that shape the dataset's records and differ from
+  their defaults, sorted by key (a run at the defaults names none). Fields marked
+  ``settings.NOT_IN_RECORDS`` never do; an environment without registered settings counts every
+  key of its section; ``reference_error_rate`` is the dataset's own ``error_rate``."""
+  name = env_config["name"]
+  spec = env_settings.ENVIRONMENTS.get(name)
+  classes = [env_settings.CommonSettings] + ([spec.settings] if spec and spec.settings else [])
+  defaults, skip = {}, {"reference_error_rate"}
+  for cls in classes:
+    for f in dataclasses.fields(cls):
+      defaults[f.name] = f.default
+      if f.metadata.get("records", True) is False:
+        skip.add(f.name)
+  kwargs = environment_kwargs(env_config)
+  return {k: v for k, v in sorted(kwargs.items())
+          if k not in skip and (k not in defaults or v != defaults[k])}

@@ -17,6 +17,10 @@ from __future__ import annotations
 import dataclasses
 
 DEFAULT_MAX_CHARS = 5000  # the reference cuts tool outputs to 5,000 characters
+# Field metadata of a setting that never changes a built dataset record (a checker's weight, a
+# cache folder): the dataset's name leaves it out (``records_settings``), so changing it does not
+# rebuild the data. Every other setting is part of the name, so no change reads a stale dataset.
+NOT_IN_RECORDS = {"records": False}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -38,14 +42,15 @@ class TravelSettings:
   test_per_subtask: int = 50  # test tasks per subtask (the paper's test set: 5 x 50)
   # The checker's cost, on answer relevance, feasibility and clarity, of every wrong fact beyond
   # the second (envs/travel/checker.py says why; 0-10 points each).
-  wrong_fact_cost: int = 4
+  wrong_fact_cost: int = dataclasses.field(default=4, metadata=NOT_IN_RECORDS)
 
 
 @dataclasses.dataclass(frozen=True)
 class ResearchSettings:
   """``env.research``: keys only the deep-research environment takes."""
 
-  cache_dir: str = ""  # corpus cache; "" = $ARENARL_RESEARCH_CACHE or ~/.cache
+  # corpus cache; "" = $ARENARL_RESEARCH_CACHE or ~/.cache
+  cache_dir: str = dataclasses.field(default="", metadata=NOT_IN_RECORDS)
 
 
 @dataclasses.dataclass(frozen=True)

@@ -10,6 +10,7 @@ import pytest
 import data_fakes
 from arenarl_jax.text import messages as messages_lib
 from arenarl_jax.data import builder, env_examples, records
+from arenarl_jax.envs import base
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(os.path.dirname(HERE))
@@ -146,3 +147,33 @@ def test_editing_an_environments_code_names_a_new_dataset(tmp_path, monkeypatch)
   after = builder.SourceConfig(env="fake_versioned", env_seed=1).name
   assert before.startswith("fake_versioned-seed1-err0.3-") and after != before
   assert after.rsplit("-", 1)[0] == before.rsplit("-", 1)[0]
+
+
+def test_settings_that_shape_records_name_a_new_dataset_and_reach_the_environment(tmp_path):
+  # A changed split size or tool-output cut must not read the records built without it; a
+  # checker-only weight must not rebuild them.
+  from arenarl_jax import config_tree
+  c = config_tree.make_base_config()
+  c.env.name = "travel"
+  default = builder.make_source_config(c).name
+  assert "-set" not in default and base.records_settings(c.env) == {}
+  c.env.travel.wrong_fact_cost = 1
+  assert builder.make_source_config(c).name == default
+  c.env.travel.train_per_subtask = 3
+  assert base.records_settings(c.env) == {"train_per_subtask": 3}
+  sized = builder.make_source_config(c).name
+  assert sized.startswith(default + "-set") and len(sized) == len(default) + 12
+  c.env.tool_max_chars = 300
+  assert builder.make_source_config(c).name not in (default, sized)
+
+  seen = []
+
+  @base.register("fake_settings")
+  def make(seed=0, **kwargs):
+    seen.append(kwargs)
+    return data_fakes.FakeEnvironment(seed, **kwargs)
+
+  path = builder.build(builder.SourceConfig(env="fake_settings", env_settings={
+      "tool_max_chars": 7}), str(tmp_path))
+  assert seen == [{"tool_max_chars": 7}]
+  assert json.loads(builder.load(path).info.metadata["env_settings"]) == {"tool_max_chars": 7}
