@@ -65,6 +65,8 @@ def make_training_judge(config, env):
   extra = {}
   if config.judge.backend == "rubric":
     extra["checker"] = env.checker
+  elif config.judge.backend == "verifier":
+    extra["verify"] = env.verify
   elif config.judge.backend == "flax":
     extra["mesh"] = sampling_mesh(sharding.make_mesh(**config.mesh))
   return make_judge(config.judge, env_rubric=env.rubric, **extra)
@@ -120,7 +122,8 @@ def pipeline(config: ml_collections.ConfigDict, workdir: str,
   if "rl" in stages and config.rl.steps > 0:
     t0 = time.perf_counter()
     tasks = experience.tasks_from_records(builder.data_source(data_path, "train"))
-    truth = eval_lib.checker_judge(env) if config.judge.backend == "rubric" else None
+    truth = (eval_lib.checker_judge(env) if config.judge.backend in ("rubric", "verifier")
+             else None)
     eval_settings = EvalSettings.from_config(config.eval)
     source = experience.Experience(
         config, env, policy, tasks, make_training_judge(config, env), truth=truth,
@@ -151,6 +154,9 @@ def pipeline(config: ml_collections.ConfigDict, workdir: str,
           f"{len(evaluator.tasks)} test tasks):\n{report.table()}")
     print("time: " + " ".join(f"{k}={v:.1f}" for k, v in times.items()))
     curves.plot(workdir)
+    if config.judge.backend == "verifier" and final_step > 0:
+      print("note: judge.backend=verifier trained on the verifier this evaluation counts: the "
+            "judge's ceiling (judges/verifier_judge.py), not evidence of learning")
     print(eval_lib.result_line(report, config.eval.opponent or "sft"))
   return report
 

@@ -2,7 +2,8 @@
 
 ``config`` is the ``judge`` ConfigDict (or a plain dict)::
 
-  backend: "http" | "rubric" | ...   (a key of BACKENDS)
+  backend: "http" | "rubric" | "flax" | "verifier" (a key of BACKENDS; "verifier" is a
+                                      ceiling diagnostic, verifier_judge.py)
   rubric:  "" (the environment's: make_judge(..., env_rubric=env.rubric)) | "travel" |
            "deep_research" | path to a rubric JSON file (settings.resolve_rubric)
   compact: bool                       (compact verdict schema: dimension scores only)
@@ -31,6 +32,8 @@ BACKENDS: dict[str, str | Callable[..., Judge]] = {
     "http": "arenarl_jax.judges:make_http_judge",
     "rubric": "arenarl_jax.judges:make_rubric_judge",
     "flax": "arenarl_jax.judges.flax_judge:make_flax_judge",
+    # a ceiling diagnostic that reads the evaluation's verifier (verifier_judge.py), never a method
+    "verifier": "arenarl_jax.judges.verifier_judge:make_verifier_judge",
 }
 
 
