@@ -32,16 +32,18 @@ def pairwise(entries, n, default=10.0):
 # Seeding: 1 beats the anchor 12-8, 2 loses 8-12, 3 ties 10-10 -> seeding scores [10, 12, 8, 10].
 # Bracket (seeds 1, 0, 3, 2 -> pairs (1, 2), (0, 3)): 2 upsets 1 (12-8), 0 and 3 tie (the better
 # seed, 0, advances), 0 beats 2 in the final (12-8). Round-one losers by their mean points: 1
-# (12, 8) and 3 (10, 10) tie at 10, the better seed first. Order 0, 2, 1, 3 -> ranks [1, 3, 2, 4].
-# Against the seeding: pairs (0,1) (1,2) (2,3) discordant, (0,2) (1,3) concordant, (0,3) tied in
-# the seeding: tau_b = (2 - 3) / sqrt(5 * 6).
+# (12, 8) and 3 (10, 10) tie at 10, the better seed first: order 0, 2, 1, 3. The tie is no
+# evidence between 0 and 3, so 3 shares the champion's standing: order 0, 3, 2, 1, ranks
+# [1, 4, 3, 1]. Against the seeding: pairs (0,1) (1,2) (1,3) discordant, (0,2) (2,3) concordant,
+# (0,3) tied in both: tau_b = (2 - 3) / sqrt(5 * 5).
 SEEDED = pairwise({(1, 0): (12, 8), (2, 0): (8, 12), (3, 0): (10, 10), (1, 2): (8, 12)}, 4)
-TAU = -1 / math.sqrt(30)
+TAU = -1 / 5
 
 
 def test_seeding_tau_single_elimination_hand_value():
   (res,) = tournament.rank([make_group(4)], ScoreMatrixJudge(SEEDED), "single_elimination", 0)
-  assert res.order == (0, 2, 1, 3)
+  assert res.order == (0, 3, 2, 1)
+  np.testing.assert_array_equal(res.ranks, [1, 4, 3, 1])
   np.testing.assert_array_equal(diagnostics.seeding_scores(res, 4), [10, 12, 8, 10])
   assert diagnostics.seeding_tau(res) == pytest.approx(TAU)
   assert diagnostics.mean_seeding_tau([res, res], "single_elimination") == pytest.approx(TAU)
@@ -190,7 +192,7 @@ def test_rollout_log_holds_matches_and_scores_and_is_never_overwritten(tmp_path)
   assert first.endswith("step_00000003.jsonl") and again.endswith("step_00000003_1.jsonl")
   rows = [json.loads(line) for line in open(first)]
   assert [r["group"] for r in rows] == [0, 1] and rows[1]["subtask"] == "route"
-  assert rows[0]["order"] == [0, 2, 1, 3] and rows[0]["ranks"] == [1, 3, 2, 4]
+  assert rows[0]["order"] == [0, 3, 2, 1] and rows[0]["ranks"] == [1, 4, 3, 1]
   assert len(rows[0]["matches"]) == 6 and rows[0]["matches"][0]["i"] == 1
   # The anchor pass (three matches), the semi-finals, the final: the viewer's bracket rounds.
   assert [m["round"] for m in rows[0]["matches"]] == [0, 0, 0, 1, 1, 2]

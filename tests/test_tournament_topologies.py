@@ -147,6 +147,26 @@ def test_single_elimination_all_tied_better_seed_advances():
                         "single_elimination", 0)[0]
   assert rounds_of(res, [3, 2, 1])[1:] == [[(0, 3), (1, 2)], [(0, 1)]]
   assert res.order == (0, 1, 2, 3)
+  # Every match tied: no evidence, so one shared standing and no advantage (ours; the
+  # reference would reward the seeds 1, 2/3, 1/3, 0).
+  np.testing.assert_array_equal(res.ranks, [1, 1, 1, 1])
+  np.testing.assert_allclose(res.base_rewards, [0.5] * 4)
+  np.testing.assert_allclose(res.advantages, [0.0] * 4, atol=1e-6)
+
+
+def test_single_elimination_loser_of_a_tie_shares_its_conquerors_standing():
+  # S[i][j] = 10 + q_i - q_j with q = (2, 3, 2, 1). Seeding: 1 scores 11, 2 scores 10, 3 scores
+  # 9, the anchor's mean is 10, so the seeds are 1, 0, 2, 3 (0 before 2 on equal means). Round 1:
+  # 1 beats 3; 0 and 2 tie 10-10 and 0, the better seed, goes on. Final: 1 beats 0. The
+  # reference's order 1, 0, 2, 3 gives x = 1, 2/3, 1/3, 0; the tie is no evidence between 0 and
+  # 2, so they share the mean of their positions' x.
+  q = np.array([2.0, 3.0, 2.0, 1.0])
+  res = tournament.rank(make_groups([4]), ScoreMatrixJudge(10 + q[:, None] - q[None, :]),
+                        "single_elimination", 0)[0]
+  assert rounds_of(res, [3, 2, 1])[1:] == [[(1, 3), (0, 2)], [(1, 0)]]
+  assert res.order == (1, 0, 2, 3)
+  np.testing.assert_array_equal(res.ranks, [2, 1, 2, 4])
+  np.testing.assert_allclose(res.base_rewards, [0.5, 1.0, 0.5, 0.0])
 
 
 @pytest.mark.parametrize("name", ["round_robin", "single_elimination"])

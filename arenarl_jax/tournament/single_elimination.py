@@ -3,6 +3,13 @@
 The bracket has P = 2**ceil(log2 N) slots in standard seeding order; slots for seeds >= N are
 phantoms that give the top P - N seeds a first-round bye (**ours**, ARENARL.md §4), so the bracket
 plays exactly N - 1 real matches after the N - 1 seeding matches.
+
+A tied bracket match (equal scores within ``topology.TOLERANCE``) still sends the better seed on,
+but it is no evidence that the loser is worse: the loser shares the standing of the player that
+eliminated it (and so, along a chain of ties, of whoever that player shares), as full ties share
+in Swiss (**ours**; the reference orders every tie by seed, so a group whose every match tied
+gets the full spread of advantages by index, pure noise for the policy). Without tied matches
+the standing is the reference's order exactly.
 """
 from __future__ import annotations
 
@@ -58,6 +65,7 @@ def play(n: int, rng: np.random.Generator | None = None) -> topology.Play:
   # Seeds >= n are phantoms; they only ever sit opposite a top seed in the first round.
   slots = [by_seed[k] if k < n else -1 for k in bracket_order(1 << topology.ceil_log2(n))]
   round_losers: list[list[int]] = []
+  tied_with: dict[int, int] = {}  # loser of a tied match -> the player that eliminated it
   while len(slots) > 1:
     pairs = [(a, b) for a, b in zip(slots[0::2], slots[1::2]) if b >= 0]
     scores = yield pairs
@@ -75,6 +83,8 @@ def play(n: int, rng: np.random.Generator | None = None) -> topology.Play:
       else:
         winners.append(b)
         losers.append(a)
+      if s is not None and abs(diff) <= tol:
+        tied_with[losers[-1]] = winners[-1]
     round_losers.append(losers)
     if len(pairs) < len(slots) // 2:  # first round with byes: top seeds advance unplayed
       won = iter(winners)
@@ -84,7 +94,17 @@ def play(n: int, rng: np.random.Generator | None = None) -> topology.Play:
   for losers in reversed(round_losers):
     # Inside a round: higher mean of the points list first, then the better seed.
     order += sorted(losers, key=lambda p: (-mean(p), seed_of[p]))
-  return topology.standing_from_order(order, failed)
+  if not tied_with:
+    return topology.standing_from_order(order, failed)
+  position = {p: k for k, p in enumerate(order)}
+
+  def tier(p: int) -> int:  # the best position along p's chain of tied eliminations
+    while p in tied_with:
+      p = tied_with[p]
+    return position[p]
+
+  # One key per tier (equal keys share rank and reward); a failed match leaves no tie evidence.
+  return topology.standing_from_tiers([(-tier(p),) for p in range(n)], failed)
 
 
 def num_matches(n: int) -> int:
