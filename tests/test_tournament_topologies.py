@@ -255,3 +255,17 @@ def test_standings_with_failures_rank_the_others_among_themselves():
         np.testing.assert_array_equal(st.ranks[kept], alone.ranks)
       else:
         np.testing.assert_array_equal(st.rewards, np.zeros(n))
+
+
+def test_single_elimination_round_losers_with_equal_means_share_their_standing():
+  # S[i][j] = 10 + sign(q_i - q_j) with q = (2, 3, 1, 1): every decided match is 11-9. Seeds
+  # 1, 0, 2, 3; round 1: 1 beats 3, 0 beats 2; final: 1 beats 0. The round-one losers 2 and 3
+  # both average 9: the reference puts 2 (the better seed) first, x = 1/3 and 0; nothing the
+  # judge said separates them, so they share 1/6.
+  q = np.array([2.0, 3.0, 1.0, 1.0])
+  res = tournament.rank(make_groups([4]),
+                        ScoreMatrixJudge(10 + np.sign(q[:, None] - q[None, :])),
+                        "single_elimination", 0)[0]
+  assert rounds_of(res, [3, 2, 1])[1:] == [[(1, 3), (0, 2)], [(1, 0)]]
+  np.testing.assert_array_equal(res.ranks, [2, 1, 3, 3])
+  np.testing.assert_allclose(res.base_rewards, [2 / 3, 1.0, 1 / 6, 1 / 6], atol=1e-6)

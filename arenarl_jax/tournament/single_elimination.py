@@ -4,12 +4,13 @@ The bracket has P = 2**ceil(log2 N) slots in standard seeding order; slots for s
 phantoms that give the top P - N seeds a first-round bye (**ours**, ARENARL.md §4), so the bracket
 plays exactly N - 1 real matches after the N - 1 seeding matches.
 
-A tied bracket match (equal scores within ``topology.TOLERANCE``) still sends the better seed on,
-but it is no evidence that the loser is worse: the loser shares the standing of the player that
-eliminated it (and so, along a chain of ties, of whoever that player shares), as full ties share
-in Swiss (**ours**; the reference orders every tie by seed, so a group whose every match tied
-gets the full spread of advantages by index, pure noise for the policy). Without tied matches
-the standing is the reference's order exactly.
+A seed never decides a standing (**ours**). A tied bracket match (equal scores within
+``topology.TOLERANCE``) still sends the better seed on, but it is no evidence that the loser is
+worse: the loser shares the standing of the player that eliminated it (along a chain of ties).
+Losers of one round with equal average scores share their standing too, as full ties share in
+Swiss. The reference orders both kinds of tie by seed, so a group whose every match tied gets
+the full spread of advantages by index: pure noise for the policy. Where the judge separates
+the players, the standing is the reference's order.
 """
 from __future__ import annotations
 
@@ -32,7 +33,7 @@ def bracket_order(size: int) -> tuple[int, ...]:
 
 
 def play(n: int, rng: np.random.Generator | None = None) -> topology.Play:
-  """Champion first, then each round's losers from the final backwards (avg score, then seed).
+  """Champion first, then each round's losers from the final backwards by average score.
 
   Every player keeps a list of points (as ``total`` and ``played``): player i >= 1 one entry, its
   seeding score; the anchor ONE entry, the mean of its N-1 seeding scores; then one entry per
@@ -90,21 +91,20 @@ def play(n: int, rng: np.random.Generator | None = None) -> topology.Play:
       won = iter(winners)
       winners = [a if b < 0 else next(won) for a, b in zip(slots[0::2], slots[1::2])]
     slots = winners
-  order = slots
-  for losers in reversed(round_losers):
-    # Inside a round: higher mean of the points list first, then the better seed.
-    order += sorted(losers, key=lambda p: (-mean(p), seed_of[p]))
-  if not tied_with:
-    return topology.standing_from_order(order, failed)
-  position = {p: k for k, p in enumerate(order)}
+  # Standing key: the round a player went out in (the champion: one past the final), then the
+  # mean of its points list. Equal keys are full ties, so no seed decides between players the
+  # judge did not separate; the loser of a tied match takes the key of the player that
+  # eliminated it (along a chain of ties). Where the keys differ, this is the reference's order.
+  out_key = {slots[0]: (len(round_losers), 0)}
+  for r, losers in enumerate(round_losers):
+    out_key.update({p: (r, mean(p)) for p in losers})
 
-  def tier(p: int) -> int:  # the best position along p's chain of tied eliminations
+  def standing_key(p: int) -> tuple[int, int]:
     while p in tied_with:
       p = tied_with[p]
-    return position[p]
+    return out_key[p]
 
-  # One key per tier (equal keys share rank and reward); a failed match leaves no tie evidence.
-  return topology.standing_from_tiers([(-tier(p),) for p in range(n)], failed)
+  return topology.standing_from_tiers([standing_key(p) for p in range(n)], failed)
 
 
 def num_matches(n: int) -> int:
