@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from typing import Any, Callable, Mapping
 
-from arenarl_jax import types
+from arenarl_jax import judges, types
 from arenarl_jax.envs import base
 from arenarl_jax.judges import rubric as rubric_lib
 
@@ -40,7 +40,6 @@ def make_verifier_judge(cfg: Mapping[str, Any],
                         ) -> types.Judge:
   """``backend="verifier"``: the rubric backend on :func:`verifier_checker` (``verify`` is the
   environment's ``verify``)."""
-  from arenarl_jax import judges  # pylint: disable=g-import-not-at-top (the package imports this)
   if verify is None:
     raise ValueError("judge.backend='verifier' needs make_judge(config, verify=env.verify): the "
                      "environment's strict verifier")
