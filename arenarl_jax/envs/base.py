@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
+import math
 import os
 import sys
 from typing import Any, Callable, Mapping, Protocol, Sequence, runtime_checkable
@@ -83,17 +84,31 @@ class Verification:
   ``constraint:rating:<place>``, ``count``, ``budget``, ``schedule``, ...). A trajectory that did
   not finish with an answer meets nothing (``met = 0``) and its ``unmet`` may name ``finished``
   only. ``solved`` is ``met == total`` (and ``unmet`` is empty exactly then).
+
+  ``content_met`` of ``content_total`` count the content requirements alone: every requirement
+  but the format ones, which a well-formed answer that states nothing meets (travel: all but
+  ``finished`` and ``facts_supported``; research: the ``fact:*`` ones). None where the
+  environment does not say which requirements are content (:func:`verdict` fills them).
   """
 
   met: int
   total: int
   unmet: tuple[str, ...] = ()
+  content_met: int | None = None
+  content_total: int | None = None
   solved: bool = dataclasses.field(init=False)
 
   def __post_init__(self):
     if self.total < 1 or not 0 <= self.met <= self.total:
       raise ValueError(f"Verification: need 0 <= met <= total and total >= 1, got met={self.met} "
                        f"total={self.total}")
+    if (self.content_total is None) != (self.content_met is None) or (
+        self.content_total is not None
+        and not 0 <= self.content_met <= min(self.content_total, self.met)
+        or (self.content_total or 0) > self.total):
+      raise ValueError(f"Verification: need 0 <= content_met <= content_total <= total and "
+                       f"content_met <= met, got content_met={self.content_met} content_total="
+                       f"{self.content_total} met={self.met} total={self.total}")
     object.__setattr__(self, "unmet", tuple(self.unmet))
     # An unfinished trajectory meets nothing but needs only ``finished`` named.
     if bool(self.unmet) == (self.met == self.total) or len(self.unmet) > self.total - self.met:
@@ -105,10 +120,49 @@ class Verification:
   def met_rate(self) -> float:
     return self.met / self.total
 
+  @property
+  def content_met_rate(self) -> float:
+    """``content_met / content_total``; NaN without content requirements."""
+    if not self.content_total:
+      return math.nan
+    return self.content_met / self.content_total
+
   def as_dict(self) -> dict[str, Any]:
-    """The eval jsonl's fields: ``solved``, ``unmet``, ``met``, ``total``."""
-    return {"solved": self.solved, "unmet": list(self.unmet), "met": self.met,
-            "total": self.total}
+    """The eval jsonl's fields: ``solved``, ``unmet``, ``met``, ``total`` (and
+    ``content_met``, ``content_total`` where the environment names its content)."""
+    out = {"solved": self.solved, "unmet": list(self.unmet), "met": self.met,
+           "total": self.total}
+    if self.content_total is not None:
+      out.update(content_met=self.content_met, content_total=self.content_total)
+    return out
+
+
+def first_call_names(trajectory: types.Trajectory, names: Sequence[str]) -> bool:
+  """Whether the trajectory's first assistant turn calls a tool with an argument equal to one
+  of ``names`` (a string argument, or an element of a list argument; exact match)."""
+  if not trajectory.steps:
+    return False
+  wanted = set(names)
+  for call in trajectory.steps[0].tool_calls:
+    for value in call.arguments.values():
+      values = value if isinstance(value, (list, tuple)) else [value]
+      if any(isinstance(v, str) and v in wanted for v in values):
+        return True
+  return False
+
+
+def verdict(checks: Sequence[tuple[str, bool]], finished: bool,
+            is_content: Callable[[str], bool]) -> Verification:
+  """The verification of a task's ``checks`` ((name, met) of every requirement, in order);
+  ``is_content`` says which names are content requirements. A trajectory that did not finish
+  meets nothing and names ``finished`` alone."""
+  content = [ok for name, ok in checks if is_content(name)]
+  if not finished:
+    return Verification(0, len(checks), ("finished",), content_met=0,
+                        content_total=len(content))
+  unmet = tuple(name for name, ok in checks if not ok)
+  return Verification(len(checks) - len(unmet), len(checks), unmet,
+                      content_met=sum(content), content_total=len(content))
 
 
 # Finish reasons of a trajectory that ended with its own answer; "" is a trajectory built outside
@@ -134,7 +188,10 @@ class Environment(Protocol):
 
   Optional: ``names() -> tuple[str, ...]``, the names its tasks and tools use (cities, places),
   which a task tokenizer keeps whole with ``model.init.whole_names``; ``name_kinds() ->
-  dict[str, str]``, each name's kind (``model.init.name_init=by_kind``).
+  dict[str, str]``, each name's kind (``model.init.name_init=by_kind``); ``name_groups() ->
+  dict[str, tuple[str, ...]]``, the names an SFT row may swap for one another
+  (``sft.rename_share``, ``data/renaming.py``); ``query_places(task) -> tuple[str, ...]``, the
+  places a task's query names (the evaluation's ``first_call_place_rate``).
   """
 
   name: str  # the registry key = the ``env.name`` config value

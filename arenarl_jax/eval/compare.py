@@ -259,7 +259,8 @@ def evaluate(trajectories: Sequence[types.Trajectory] | Sequence[Sequence[types.
              settings: EvalSettings = EvalSettings(), step: int = 0,
              second: Sequence[types.Trajectory] | Sequence[Sequence[types.Trajectory]] | None
              = None, valid: Callable[[str, Any], tuple[bool, str]] | None = None,
-             verify: success_lib.Verify | None = None) -> EvalReport:
+             verify: success_lib.Verify | None = None,
+             places: success_lib.Places | None = None) -> EvalReport:
   """The policy's evaluation report from its test-task rollouts (``trajectories[b][g]`` or flat).
 
   Win rates against ``references`` (named ``"reference"``) and, when given, against ``second``
@@ -267,7 +268,9 @@ def evaluate(trajectories: Sequence[types.Trajectory] | Sequence[Sequence[types.
   ``settings.opponent``), per subtask and overall, one batched judge call per opponent; the
   generation statistics of the policy's trajectories (``rollout/stats.generation_stats``); and,
   with the environment's strict verifier ``verify``, the solved and requirements-met rates and
-  their paired change from ``second`` (``eval/success.py``).
+  their paired change from ``second`` (``eval/success.py``), the content-met rate where the
+  verifier names its content requirements, and with ``places`` (task id -> the places its query
+  names) the first-call place rate.
   """
   policy = flatten(trajectories)
   if not policy:
@@ -303,7 +306,7 @@ def evaluate(trajectories: Sequence[types.Trajectory] | Sequence[Sequence[types.
           [policy[k] for k in keep], [verdicts[k] for k in keep],
           start=None if start is None else [start[k] for k in keep0],
           start_verdicts=None if start is None else [start_verdicts[k] for k in keep0],
-          samples=settings.bootstrap_samples, seed=settings.seed)
+          places=places, samples=settings.bootstrap_samples, seed=settings.seed)
   return EvalReport(step=int(step), trajectories=tuple(policy), valid=flags,
                     comparisons=comparisons, generation=generation,
                     verdicts=None if verdicts is None else tuple(verdicts), success=by_where,

@@ -78,7 +78,7 @@ class EvalReport:
     out: dict[str, float] = {}
     for where, s in self.success.items():
       head = prefix if where == OVERALL else f"{prefix}/{where}"
-      for name in ("solved", "met"):
+      for name in ("solved", "met", "content_met", "first_call_place"):
         for suffix, e in (("", getattr(s, name)), ("_start", getattr(s, f"{name}_start"))):
           if e is not None:
             out.update({f"{head}/{name}_rate{suffix}": e.value,
@@ -117,16 +117,27 @@ class EvalReport:
     wheres = [*sorted(k for k in self.generation if k != OVERALL), OVERALL]
     lines = []
     if self.success:
+      content = any(s.content_met is not None for s in self.success.values())
+      places = any(s.first_call_place is not None for s in self.success.values())
       lines.append("strict verifier: solved = every requirement met; met = requirements met; "
-                   "change from the start paired over tasks; [95% bootstrap interval]")
+                   "content = content requirements met (format ones apart); change from the "
+                   "start paired over tasks; [95% bootstrap interval]"
+                   + ("; place = first turn calls a place the query names (tasks naming one: "
+                      "start -> now)" if places else ""))
       lines.append(f"{'subtask':<12}{'n':>5}{'valid':>7}{'limit':>7}{'solved':>22}"
-                   f"{'change':>24}{'met':>22}{'change':>24}")
+                   f"{'change':>24}{'met':>22}{'change':>24}"
+                   + (f"{'content':>22}{'change':>24}" if content else "")
+                   + (f"{'place':>18}" if places else ""))
       for where in wheres:
         g, s = self.generation[where], self.success.get(where)
         row = f"{where:<12}{g['trajectories']:>5}{g['valid_rate']:>7.2f}{limit_stops(g):>7.2f}"
         if s is not None:
           row += (f"{_cell(s.solved):>22}{_cell(s.solved_diff, True):>24}"
                   f"{_cell(s.met):>22}{_cell(s.met_diff, True):>24}")
+          if content:
+            row += f"{_cell(s.content_met):>22}{_cell(s.content_met_diff, True):>24}"
+          if places:
+            row += f"{_place_cell(s):>18}"
         lines.append(row)
       lines.append("")
     names = list(self.comparisons)
@@ -155,6 +166,14 @@ def _cell(e, signed: bool = False) -> str:
   if math.isnan(e.low):  # fewer than two tasks: no interval
     return f"{e.value:{f}} [n/a]"
   return f"{e.value:{f}} [{e.low:{f}},{e.high:{f}}]"
+
+
+def _place_cell(s: Success) -> str:
+  if s.first_call_place is None:
+    return "-"
+  start = ("" if s.first_call_place_start is None
+           else f"{s.first_call_place_start.value:.2f} -> ")
+  return f"{start}{s.first_call_place.value:.2f} n{s.place_tasks}"
 
 
 def limit_stops(generation: Mapping[str, Any]) -> float:

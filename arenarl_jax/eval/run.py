@@ -19,10 +19,11 @@ appends its summary to ``<workdir>/eval/summary.jsonl`` and its scalars to the r
 """
 from __future__ import annotations
 
+import functools
 import json
 import os
 import time
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 import jax
 import ml_collections
@@ -44,6 +45,12 @@ def checker_judge(env: Any, seed: int = 0) -> rubric_judge.RubricJudge:
                                   noise=rubric_judge.NoiseModel(), seed=seed)
 
 
+def query_places(env: Any) -> Callable[[str], tuple[str, ...]] | None:
+  """Task id -> the places its query names (cached), where ``env`` says (``query_places``)."""
+  find = getattr(env, "query_places", None)
+  return None if find is None else functools.lru_cache(maxsize=None)(find)
+
+
 class Evaluator:
   """Holds the test tasks, their references, the checker judge and a greedy rollout."""
 
@@ -60,6 +67,7 @@ class Evaluator:
                            self.settings.sampling(sampling_settings(config, policy.tokenizer)))
     self.source = compact_schemas.tool_source(env, config.env.schemas)
     self.dir = os.path.join(workdir, EVAL_DIR)
+    self.places = query_places(env)
 
   def rollouts(self, params) -> list[types.Trajectory]:
     """The policy's trajectories of every test task (``eval.group_size`` each, flat)."""
@@ -77,7 +85,8 @@ class Evaluator:
     t1 = time.perf_counter()
     report = evaluate_lib.evaluate(policy_rows, self.references, self.judge,
                                    settings=self.settings, step=step, second=second,
-                                   verify=getattr(self.env, "verify", None))
+                                   verify=getattr(self.env, "verify", None),
+                                   places=self.places)
     if write and jax.process_index() == 0:
       os.makedirs(self.dir, exist_ok=True)
       evaluate_lib.write_jsonl(report, self.dir)
@@ -101,8 +110,10 @@ def result_line(report: evaluate_lib.EvalReport, opponent: str = "sft") -> str:
   valid_rate_start=... test_tasks=...`` then the strict verifier's ``solved_rate
   solved_rate_start solved_diff solved_diff_ci_low solved_diff_ci_high`` and the same five for
   ``met``, ``limit_stop_rate``, and ``wins_vs_sft ties_vs_sft losses_vs_sft
-  win_rate_vs_sft_conservative``. Keys about the start appear when it is the second opponent;
-  the verifier's when the environment has one."""
+  win_rate_vs_sft_conservative``, then the same five for ``content_met`` and
+  ``first_call_place_rate first_call_place_rate_start``. Keys about the start appear when it is
+  the second opponent; the verifier's when the environment has one; content and place keys
+  where the environment names them."""
   ref = report.comparisons[evaluate_lib.REFERENCE].overall
   second = report.comparisons.get(opponent)
   parts = []
@@ -119,16 +130,29 @@ def result_line(report: evaluate_lib.EvalReport, opponent: str = "sft") -> str:
   s = report.success.get(eval_report.OVERALL)
   if s is not None:
     for name in ("solved", "met"):
-      parts.append(f"{name}_rate={getattr(s, name).value:.4f}")
-      if getattr(s, f"{name}_start") is not None:
-        d = getattr(s, f"{name}_diff")
-        parts += [f"{name}_rate_start={getattr(s, f'{name}_start').value:.4f}",
-                  f"{name}_diff={d.value:.4f}", f"{name}_diff_ci_low={d.low:.4f}",
-                  f"{name}_diff_ci_high={d.high:.4f}"]
+      parts += _rate_keys(s, name)
   parts.append(f"limit_stop_rate={eval_report.limit_stops(report.generation['overall']):.4f}")
   if second is not None:
     w = second.overall
     parts += [f"wins_vs_{opponent}={w.wins}", f"ties_vs_{opponent}={w.ties}",
               f"losses_vs_{opponent}={w.losses}",
               f"win_rate_vs_{opponent}_conservative={w.conservative:.4f}"]
+  if s is not None and s.content_met is not None:
+    parts += _rate_keys(s, "content_met")
+  if s is not None and s.first_call_place is not None:
+    parts.append(f"first_call_place_rate={s.first_call_place.value:.4f}")
+    if s.first_call_place_start is not None:
+      parts.append(f"first_call_place_rate_start={s.first_call_place_start.value:.4f}")
   return "RESULT " + " ".join(parts)
+
+
+def _rate_keys(s, name: str) -> list[str]:
+  """``<name>_rate`` and, with a start, ``<name>_rate_start <name>_diff <name>_diff_ci_low
+  <name>_diff_ci_high``."""
+  out = [f"{name}_rate={getattr(s, name).value:.4f}"]
+  if getattr(s, f"{name}_start") is not None:
+    d = getattr(s, f"{name}_diff")
+    out += [f"{name}_rate_start={getattr(s, f'{name}_start').value:.4f}",
+            f"{name}_diff={d.value:.4f}", f"{name}_diff_ci_low={d.low:.4f}",
+            f"{name}_diff_ci_high={d.high:.4f}"]
+  return out

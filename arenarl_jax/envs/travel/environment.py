@@ -97,6 +97,26 @@ class TravelEnvironment:
     kinds.update({c.name: "city" for c in self.world.cities})
     return dict(sorted(kinds.items()))
 
+  def query_places(self, task: base.Task | str) -> tuple[str, ...]:
+    """The place names (not cities) that ``task``'s query states, in order of first mention."""
+    if isinstance(task, str):
+      task = self.task(task)
+    if getattr(self, "_place_pattern", None) is None:
+      places = sorted((n for n, k in self.name_kinds().items() if k == "place"),
+                      key=lambda n: (-len(n), n))
+      self._place_pattern = re.compile(
+          r"(?<!\w)(?:" + "|".join(map(re.escape, places)) + r")(?!\w)")
+    return tuple(dict.fromkeys(self._place_pattern.findall(task.query)))
+
+  def name_groups(self) -> dict[str, tuple[str, ...]]:
+    """``names()`` by group: ``city`` and one group per place category (``place:<category>``),
+    the names an SFT row may swap for one another (``data/renaming.py``)."""
+    groups: dict[str, set[str]] = {"city": {c.name for c in self.world.cities}}
+    for pois in self.world.pois.values():
+      for p in pois:
+        groups.setdefault(f"place:{p.category}", set()).add(p.name)
+    return {g: tuple(sorted(names)) for g, names in sorted(groups.items())}
+
   def valid(self, answer: str, task: base.Task | str | None = None) -> tuple[bool, str]:
     """Content validity: non-empty; for a plan subtask's task (or id), names a place and a time."""
     if isinstance(task, str):

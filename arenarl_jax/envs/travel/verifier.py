@@ -44,11 +44,15 @@ def verify(world: world_lib.World, task: base.Task, gt, trajectory: types.Trajec
   answer = base.final_answer(trajectory)
   calls = reading_lib.calls_of(trajectory) if answer.strip() else []
   r = reading_lib.read(world, task, gt, answer, calls)
-  checks = requirements(r)
-  if not answer.strip():
-    return base.Verification(0, len(checks), ("finished",))
-  unmet = tuple(name for name, ok in checks if not ok)
-  return base.Verification(len(checks) - len(unmet), len(checks), unmet)
+  return base.verdict(requirements(r), bool(answer.strip()), is_content)
+
+
+FORMAT = ("finished", "facts_supported")  # met by any well-formed answer that states nothing
+
+
+def is_content(name: str) -> bool:
+  """Whether requirement ``name`` asks for content (what the task asked), not format."""
+  return name not in FORMAT
 
 
 def requirements(r: reading_lib.Reading) -> Checks:
