@@ -142,6 +142,9 @@ def make_base_config() -> ml_collections.ConfigDict:
       # Which expert turns keep their <think> reasoning in the SFT rows: all | calls (the turns
       # that call tools; the answer turn begins with the answer) | none
       reasoning="all",
+      # The share of SFT rows whose world names (cities, places) are swapped, consistently within
+      # the row, for others of their group: only reading predicts them (data/renaming.py).
+      rename_share=0.0,
       log_every=10,  # steps between metric rows (and the progress bar's loss)
   )
   c.eval = defaults(eval_settings.EvalSettings)  # eval/settings.py: when, how many, intervals

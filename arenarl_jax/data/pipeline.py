@@ -29,7 +29,7 @@ import ml_collections
 import numpy as np
 
 from arenarl_jax.text import messages as messages_lib
-from arenarl_jax.data import records
+from arenarl_jax.data import records, renaming
 
 
 def process_shard(process_index: int | None = None,
@@ -197,13 +197,18 @@ def sft_batches(source: Any, *, tokenizer: Any, seq_len: int, batch_size: int, s
                 epochs: int = 0, process_index: int | None = None,
                 process_count: int | None = None, read_threads: int = 0,
                 prefetch: int = 0, context_weight: float = 0.0,
-                first_turn_only: bool = False, reasoning: str = "all") -> grain.IterDataset:
-  """Batches of ``batch_size`` tokenised SFT conversations for this process."""
+                first_turn_only: bool = False, reasoning: str = "all",
+                renamer: renaming.Renamer | None = None) -> grain.IterDataset:
+  """Batches of ``batch_size`` tokenised SFT conversations for this process; with ``renamer``,
+  a share of them in a renamed world (``data/renaming.py``; random per row and epoch, seeded)."""
   features = SFTFeatures(tokenizer, seq_len=seq_len, tools=tools, render=render,
                          context_weight=context_weight, first_turn_only=first_turn_only,
                          reasoning=reasoning)
   ds = examples(source, seed=seed, shuffle=shuffle, epochs=epochs, process_index=process_index,
-                process_count=process_count).map(features)
+                process_count=process_count)
+  if renamer is not None and renamer.share > 0:
+    ds = ds.random_map(renamer, seed=seed)
+  ds = ds.map(features)
   ds = ds.batch(batch_size, drop_remainder=True, batch_fn=_stack)
   return ds.to_iter_dataset(_read_options(read_threads, prefetch))
 
@@ -224,10 +229,13 @@ def sft_batches_from_config(config: ml_collections.ConfigDict, source: Any, *, t
                             render: messages_lib.RenderFn | None = None,
                             process_index: int | None = None,
                             process_count: int | None = None,
-                            first_turn: bool = False) -> grain.IterDataset:
+                            first_turn: bool = False,
+                            name_groups: Mapping[str, Sequence[str]] | None = None
+                            ) -> grain.IterDataset:
   """SFT batches: ``data.sft_batch_size`` is the global batch, split evenly over processes.
   ``first_turn``: the first-turn phase's rows instead (``sft.first_turn_rows`` of
-  ``sft.first_turn_seq_len`` tokens, each cut after its first assistant turn)."""
+  ``sft.first_turn_seq_len`` tokens, each cut after its first assistant turn). ``name_groups``
+  (the environment's ``name_groups()``) lets ``sft.rename_share`` of the rows be renamed."""
   index, count = process_shard(process_index, process_count)
   d, s = config.data, config.sft
   seq_len, rows = ((s.first_turn_seq_len, s.first_turn_rows) if first_turn else
@@ -237,7 +245,9 @@ def sft_batches_from_config(config: ml_collections.ConfigDict, source: Any, *, t
                      tools=tools, render=render, shuffle=d.shuffle, epochs=d.epochs,
                      process_index=index, process_count=count, read_threads=d.read_threads,
                      prefetch=d.prefetch, context_weight=s.context_weight,
-                     first_turn_only=first_turn, reasoning=s.reasoning)
+                     first_turn_only=first_turn, reasoning=s.reasoning,
+                     renamer=(renaming.Renamer(name_groups, s.rename_share)
+                              if name_groups and s.rename_share > 0 else None))
 
 
 def position(iterator: grain.DatasetIterator) -> dict[str, Any]:

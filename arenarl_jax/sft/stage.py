@@ -80,8 +80,10 @@ def run(config: ml_collections.ConfigDict, workdir: str, policy: Policy, env: An
   first_steps = int(s.first_turn_steps)
   if not 0 <= first_steps <= int(s.steps):
     raise ValueError(f"sft.first_turn_steps={first_steps} must be in [0, sft.steps={s.steps}]")
+  groups = env.name_groups() if hasattr(env, "name_groups") else None
   iterators = {phase: iter(pipeline.sft_batches_from_config(
-      config, source, tokenizer=policy.tokenizer, tools=tools, first_turn=phase == "first_turn"))
+      config, source, tokenizer=policy.tokenizer, tools=tools, first_turn=phase == "first_turn",
+      name_groups=groups))
                for phase in (("first_turn",) if first_steps else ()) + ("whole",)}
   checkpointer = ckpt_lib.Checkpointer(os.path.join(out_dir, "checkpoints"),
                                        every=max(int(s.steps), 1), keep=1)
