@@ -1,0 +1,1 @@
+"""Command-line reports and studies: each module has a main()."""
