@@ -42,7 +42,7 @@ greedy; commands and the full table in benchmarks/README.md, Quickstart):
     studies in experiments/).
   - ``plain``: the task BPE without whole names, compact tool schemas, 240 SFT updates (a quarter
     of the time): valid 0.35, limit stops 0.60, met 0.030; its calls name a memorised city
-    (4 of 245 the query's; ``python -m arenarl_jax.eval.query_reading`` gives its first turn the
+    (4 of 245 the query's; ``python -m arenarl_jax.tools.query_reading`` gives its first turn the
     same score after another task's query), so the noise-free checker scores almost every
     training trajectory 0 (``reward/checker_mean``): its groups' rankings are the judge's noise.
 Also tried: ``sft.context_weight`` (the query and tool results trained too) makes the policy
@@ -72,7 +72,7 @@ the answer on 34 (800 updates) and 75 (1,200) of the 250 validation answers, yet
 gives answer credit to 5 and 7: those answers state a median of 7 wrong figures, and every wrong
 figure beyond the second costs answer credit (``envs/travel/checker.py``), so the tournament
 still ranks by path alone. On groups of 8 from the default start (the greedy anchor and 7
-samples, 250 validation tasks; ``python -m arenarl_jax.rl.reward_alignment``), the judge's first
+samples, 250 validation tasks; ``python -m arenarl_jax.tools.reward_alignment``), the judge's first
 choice meets 0.029 [0.018, 0.041] less than the anchor; with ``env.travel.wrong_fact_cost=1``
 and ``sampling.temperature=0.5`` it meets 0.004 [-0.003, +0.012] more, yet 8 steps of that
 signal, even with the judge's noise removed, change met by +0.0014 [-0.0047, +0.0073] (the
@@ -125,7 +125,7 @@ def get_config(arg=None):
 
   c.sampling.group_size = args.group_size
   c.sampling.temperature = 0.8
-  # Limits from the data (python -m arenarl_jax.data.budgets, tests/data/test_budgets.py): the
+  # Limits from the data (python -m arenarl_jax.tools.budgets, tests/data/test_budgets.py): the
   # expert's 99th-percentile turn is 288 tokens (multi_day), its most tool turns 2, its longest
   # conversation 2,147 tokens (multi_day), all on validation tasks in the default start's
   # tokenizer (whole names, no tool list); start=plain: 280, 2 and 2,876.

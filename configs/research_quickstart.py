@@ -59,7 +59,7 @@ def get_config(arg=None):
 
   c.sampling.group_size = args.group_size
   c.sampling.temperature = 0.8
-  # Limits from the data (python -m arenarl_jax.data.budgets): the expert's 99th-percentile
+  # Limits from the data (python -m arenarl_jax.tools.budgets): the expert's 99th-percentile
   # turn is 459 tokens (technical_writing), its longest conversation 3,794 tokens.
   c.sampling.max_new_tokens = 464
   c.sampling.max_turns = 3  # search, open pages, write

@@ -44,7 +44,7 @@ def get_config(arg=None):
 
   c.sampling.group_size = args.group_size
   c.sampling.temperature = 0.8
-  # Limits from the data (python -m arenarl_jax.data.budgets): the expert's 99th-percentile
+  # Limits from the data (python -m arenarl_jax.tools.budgets): the expert's 99th-percentile
   # turn is 391 tokens in SmolLM2's tokenizer (multi_day), its longest conversation 3,681.
   c.sampling.max_new_tokens = 392
   c.sampling.max_turns = 3

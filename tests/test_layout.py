@@ -1,17 +1,47 @@
 """The package's layout rules, read from its source (no module is imported).
 
-Dependencies point down: main -> pipeline -> eval, sft -> rl -> rollout -> judges, tournament,
-envs, data, sampling -> text, models -> types, config_tree. Backend-specific code stays behind
-``models/`` (only ``models/`` may import ``models.cpu``), and private names stay with their owner.
+Dependencies point down ``LAYERS`` (the README's layout map shows the same order): a module imports
+only modules of its own package and of packages in lower layers, at any depth (an import inside a
+function counts). Packages that share a layer import nothing of each other, except the base modules
+(the last layer), which may import each other (today only ``metrics`` imports ``jsonl``; the
+no-cycle test keeps them acyclic). A ``<pkg>/settings.py`` (import-free section declarations) may
+be imported from anywhere. Every package needs a layer; a listed package that does not exist yet is
+skipped. Backend-specific code stays behind ``models/`` (only ``models/`` may import
+``models.cpu``), and private names stay with their owner.
 """
 import ast
 import os
 import pathlib
-
-import pytest
+import re
+from typing import Iterable, Mapping
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 PACKAGE = ROOT / "arenarl_jax"
+
+# The layers, top first: a package may import only its own modules and those of lower layers.
+BASE = ("types", "settings", "hosts", "checkpoint", "metrics", "curves", "sharding", "jsonl",
+        "cache_dirs")
+LAYERS = [
+    ("main", "tools", "testing"),
+    ("experiments",),
+    ("pipeline",),
+    ("view",),
+    ("sft",),
+    ("rl",),
+    ("trainer",),
+    ("eval",),
+    ("data",),
+    ("rollout",),
+    ("judges",),
+    ("sampling",),
+    ("envs",),
+    ("models",),
+    ("text",),
+    ("tournament",),
+    ("config_tree",),
+    BASE,
+]
+LEVEL = {name: k for k, names in enumerate(LAYERS) for name in names}
 
 # Attribute names that start with "_" but are public API of the standard library or numpy.
 _PUBLIC_UNDERSCORE = {"_replace", "_asdict", "_fields", "_exit", "_getframe"}
@@ -50,9 +80,10 @@ def _imports(tree: ast.Module) -> list[tuple[str, list[str]]]:
   return out
 
 
-def _graph() -> dict[str, set[str]]:
+def _graph(sources: Mapping[str, ast.Module] | None = None) -> dict[str, set[str]]:
+  """module -> the package's modules it imports (``SOURCES`` unless ``sources`` is given)."""
   graph = {}
-  for name, tree in SOURCES.items():
+  for name, tree in (SOURCES if sources is None else sources).items():
     graph[name] = {m for m, _ in _imports(tree) if m.startswith("arenarl_jax") and m != name}
   return graph
 
@@ -101,18 +132,92 @@ def test_only_models_imports_the_cpu_backend():
   assert not offenders, offenders
 
 
-@pytest.mark.parametrize("lower, upper", [
-    (lower, upper)
-    for lower in ("arenarl_jax.envs", "arenarl_jax.tournament", "arenarl_jax.judges")
-    for upper in ("arenarl_jax.rl", "arenarl_jax.eval", "arenarl_jax.sft", "arenarl_jax.pipeline")
-] + [("arenarl_jax.eval", "arenarl_jax.rl"), ("arenarl_jax.rollout", "arenarl_jax.rl"),
-     ("arenarl_jax.rollout", "arenarl_jax.eval"), ("arenarl_jax.sampling", "arenarl_jax.rollout"),
-     ("arenarl_jax.models", "arenarl_jax.sampling"), ("arenarl_jax.text", "arenarl_jax.sampling")])
-def test_dependencies_point_down(lower, upper):
-  offenders = sorted((name, m) for name, deps in _graph().items() if _under(name, lower)
-                     for m in deps if _under(m, upper))
-  assert not offenders, f"{lower} must not import {upper}: {offenders}"
+def _top(module: str) -> str | None:
+  """The package (or top-level module) of ``arenarl_jax`` that ``module`` belongs to."""
+  parts = module.split(".")
+  return parts[1] if parts[0] == "arenarl_jax" and len(parts) > 1 else None
 
+
+def _is_settings(module: str) -> bool:
+  """A package's section declarations (``arenarl_jax.<pkg>.settings``): importable from anywhere."""
+  parts = module.split(".")
+  return len(parts) == 3 and parts[2] == "settings"
+
+
+def upward_edges(graph: Mapping[str, Iterable[str]]) -> list[str]:
+  """Every import in ``graph`` (module -> modules it imports) that does not point down
+  ``LAYERS``, as "importer -> imported (why)"."""
+  out = []
+  for name in sorted(graph):
+    for dep in sorted(graph[name]):
+      src, dst = _top(name), _top(dep)
+      if src is None or dst is None or src == dst or _is_settings(dep):
+        continue
+      if src not in LEVEL or dst not in LEVEL:
+        out.append(f"{name} -> {dep} ({dst if dst not in LEVEL else src} has no layer)")
+      elif LEVEL[dst] < LEVEL[src]:
+        out.append(f"{name} -> {dep} ({dst} is above {src})")
+      elif LEVEL[dst] == LEVEL[src] and LAYERS[LEVEL[src]] is not BASE:
+        out.append(f"{name} -> {dep} ({dst} shares {src}'s layer)")
+  return out
+
+
+def _present() -> set[str]:
+  return {top for name in SOURCES if (top := _top(name)) is not None}
+
+
+def test_every_package_has_a_layer():
+  assert not _present() - set(LEVEL), f"add these to LAYERS: {sorted(_present() - set(LEVEL))}"
+
+
+def test_dependencies_point_down_the_layers():
+  offenders = upward_edges(_graph())
+  assert not offenders, "imports up the layers:\n" + "\n".join(offenders)
+
+
+def test_the_layer_check_names_what_breaks_the_order():
+  """A planted upward import is reported, also from inside a function; downward imports,
+  settings modules and base modules importing each other pass."""
+  sources = {"arenarl_jax.envs.x": ast.parse(
+      "from arenarl_jax.text import tokenizer\nfrom arenarl_jax.eval import settings\n"
+      "def f():\n  from arenarl_jax.eval import y\n")}
+  assert upward_edges(_graph(sources)) == [
+      "arenarl_jax.envs.x -> arenarl_jax.eval (eval is above envs)"]
+  assert upward_edges({
+      "arenarl_jax.envs.x": {"arenarl_jax.eval.y", "arenarl_jax.models.z"},
+      "arenarl_jax.main": {"arenarl_jax.tools.t", "arenarl_jax.pipeline"},
+      "arenarl_jax.metrics": {"arenarl_jax.jsonl"},
+      "arenarl_jax.hosts": {"arenarl_jax.newpkg.a"},
+  }) == ["arenarl_jax.envs.x -> arenarl_jax.eval.y (eval is above envs)",
+         "arenarl_jax.hosts -> arenarl_jax.newpkg.a (newpkg has no layer)",
+         "arenarl_jax.main -> arenarl_jax.tools.t (tools shares main's layer)"]
+
+
+def _readme_map() -> list[str]:
+  """The package's entries in the README's layout map, in order (``main.py`` -> ``main``)."""
+  text = (ROOT / "README.md").read_text()
+  block = text.split("\n## Layout\n", 1)[1].split("```\narenarl_jax/\n", 1)[1]
+  names = []
+  for line in block.splitlines():
+    if not line.startswith(" "):  # the next top-level folder (configs/) or the block's end
+      break
+    if line.startswith("   "):  # a description's continuation
+      continue
+    for token in re.split(r"\s{2,}", line.strip()):
+      if not (m := re.fullmatch(r"(\w+)(?:/|\.py)", token)):
+        break
+      names.append(m.group(1))
+  return names
+
+
+def test_the_readme_layout_map_follows_the_layers():
+  text = (ROOT / "README.md").read_text()
+  order = text.split("\n## Layout\n", 1)[1].split("in this order:", 1)[1].split("(which may", 1)[0]
+  assert re.findall(r"`(\w+)`", order) == [name for layer in LAYERS for name in layer]
+  names = _readme_map()
+  assert set(names) == _present(), sorted(set(names) ^ _present())
+  levels = [LEVEL[n] for n in names]
+  assert levels == sorted(levels), f"the README's layout map is out of LAYERS' order: {names}"
 
 def test_no_private_name_is_imported_across_modules():
   offenders = sorted((name, module, n) for name, tree in SOURCES.items()
@@ -161,4 +266,5 @@ def test_the_checks_see_what_they_look_for():
   assert ("arenarl_jax.rl.loop", ["_x"]) in _imports(tree)
   assert _private_reach_ins(tree) == ["line 3: ._save"]
   assert len(SOURCES) > 100 and "arenarl_jax.pipeline" in SOURCES
+  assert len(_readme_map()) >= len(_present()) > 15
   assert os.path.isdir(PACKAGE / "models" / "cpu")

@@ -251,7 +251,7 @@ def test_one_process_run_then_eval_reproduces_it_then_export(runs, dataset_dir, 
 
 
 def test_query_reading_reads_a_runs_workdir(runs, dataset_dir, tmp_path, capsys):
-  from arenarl_jax.eval import query_reading  # pylint: disable=g-import-not-at-top
+  from arenarl_jax.tools import query_reading  # pylint: disable=g-import-not-at-top
   work = tmp_path / "one"
   shutil.copytree(runs[0], work)
   # The CLI (main.py) writes the resolved config first; this run was started by pipeline_run.py.

@@ -13,7 +13,8 @@ tokenizer and chat rendering, exactly as the rollout encodes them:
 - ``max_conversation``: the longest whole conversation (system prompt with the tools, query, every
   turn and tool result), against ``sampling.cache_len``.
 
-``python -m arenarl_jax.data.budgets --config=configs/quickstart.py`` prints the table.
+``python -m arenarl_jax.tools.budgets --config=configs/quickstart.py`` prints them against a
+config's limits.
 """
 from __future__ import annotations
 
@@ -93,42 +94,3 @@ def measure(env: base.Environment, tokenizer: Any, *, split_prefix: str = "valid
     out.append(Budget(subtask, len(tasks), int(np.ceil(np.percentile(turns, 99))), max(turns),
                       tool_turns, longest))
   return out
-
-
-def measure_config(config: Any, *, per_subtask: int | None = None) -> list[Budget]:
-  """:func:`measure` in ``config``'s environment, tokenizer, tool schemas and system prompt."""
-  from arenarl_jax.sft import policy  # pylint: disable=g-import-not-at-top  (pulls in jax)
-  env = base.make_environment_from_config(config.env)
-  tokenizer = policy.make_tokenizer(config, env)
-  return measure(env, tokenizer, schemas=config.env.schemas, system=config.rollout.system,
-                 per_subtask=per_subtask)
-
-
-def format_table(budgets: Sequence[Budget], sampling: Mapping[str, Any]) -> str:
-  rows = ["| subtask | tasks | turn p99 (max) | tool turns | conversation |", "|---|---|---|---|---|"]
-  rows += [f"| {b.subtask} | {b.conversations} | {b.turn_p99} ({b.turn_max}) | "
-           f"{b.max_tool_turns} | {b.max_conversation} |" for b in budgets]
-  rows.append(f"| limits | | max_new_tokens={sampling['max_new_tokens']} | "
-              f"max_turns={sampling['max_turns']} | cache_len={sampling['cache_len']} |")
-  return "\n".join(rows)
-
-
-def main(argv: Sequence[str] | None = None) -> None:
-  import argparse  # pylint: disable=g-import-not-at-top
-  from arenarl_jax import config_tree  # pylint: disable=g-import-not-at-top
-  parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
-  parser.add_argument("--config", required=True, help="a config file, e.g. configs/quickstart.py")
-  parser.add_argument("--per_subtask", type=int, default=None)
-  args = parser.parse_args(argv)
-  config = config_tree.load_config_file(args.config)
-  budgets = measure_config(config, per_subtask=args.per_subtask)
-  print(format_table(budgets, config.sampling))
-  misfits = [m for b in budgets for m in b.misfits(config.sampling)]
-  print("\n".join(misfits) if misfits else "every limit fits the expert")
-  print(f"RESULT fits={int(not misfits)} turn_p99={max(b.turn_p99 for b in budgets)} "
-        f"tool_turns={max(b.max_tool_turns for b in budgets)} "
-        f"conversation={max(b.max_conversation for b in budgets)}")
-
-
-if __name__ == "__main__":
-  main()

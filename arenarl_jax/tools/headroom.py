@@ -45,15 +45,13 @@ import numpy as np
 
 from arenarl_jax import types
 from arenarl_jax.eval import bootstrap
-from arenarl_jax.rl import reward_alignment
+from arenarl_jax.tools import reward_alignment
 
 RESULT_KEYS = ("greedy_met", "sampled_met", "best_of_k_met", "headroom", "headroom_ci_low",
                "headroom_ci_high", "beat_greedy_groups", "greedy_solved", "pass_at_k")
 PER_TASK = ("greedy_met", "sampled_met", "best_of_k_met", "headroom", "beat_greedy_groups",
             "greedy_solved", "pass_at_k")
 GREEDY_UNFINISHED = "any (greedy unfinished)"
-# A config tree -> {"a.b.c": value}, as reward_alignment reads a run's config.json.
-flatten = reward_alignment._flatten  # pylint: disable=protected-access
 
 
 def family_of(requirement: str) -> str:
@@ -136,7 +134,7 @@ def verify_groups(env: Any, rows: Sequence[Mapping[str, Any]]
 
 def load_config(workdir: str, spec: str):
   """``--config``'s file (as ``main`` loads it), else the run's ``config.json`` over today's
-  defaults (as ``rl/reward_alignment.py`` reads it), else the defaults."""
+  defaults (as ``tools/reward_alignment.py`` reads it), else the defaults."""
   import json  # pylint: disable=g-import-not-at-top
   import os  # pylint: disable=g-import-not-at-top
   from arenarl_jax import config_tree  # pylint: disable=g-import-not-at-top
@@ -149,14 +147,14 @@ def load_config(workdir: str, spec: str):
       raise FileNotFoundError(f"{path}: not found (--workdir must be a run's workdir)")
     with open(path, encoding="utf-8") as f:
       saved = json.load(f)
-    config.update_from_flattened_dict(flatten(saved))
+    config.update_from_flattened_dict(reward_alignment.flatten(saved))
   return config
 
 
 def set_key(config: Any, item: str) -> None:
   """Applies ``KEY=VALUE`` (``KEY`` a dotted config key of a scalar; the value cast to its type)."""
   key, sep, value = item.partition("=")
-  current = flatten(config.to_dict())
+  current = reward_alignment.flatten(config.to_dict())
   old = current.get(key)
   if not sep or not isinstance(old, (bool, int, float, str)):
     raise ValueError(f"--set {item!r}: expected KEY=VALUE with KEY a scalar config key")

@@ -1,4 +1,5 @@
-"""eval/query_reading: the first assistant turn's NLL under the task's own query and a swapped one."""
+"""tools/query_reading: the first assistant turn's NLL under the task's own query and a swapped
+one."""
 from __future__ import annotations
 
 import dataclasses
@@ -9,10 +10,10 @@ import numpy as np
 import pytest
 
 from arenarl_jax.envs import base
-from arenarl_jax.eval import query_reading
 from arenarl_jax.models import config as model_config
 from arenarl_jax.models.transformer import make_model
 from arenarl_jax.text import task_tokenizer
+from arenarl_jax.tools import query_reading
 
 
 def test_first_turn_is_the_first_run_of_trained_tokens():

@@ -11,7 +11,7 @@ Per task: the mean -log p of the first assistant turn's tokens, teacher-forced, 
 query (``own``) and with the next validation task's query of the same subtask (``swapped``);
 ``gap`` = swapped - own, with a 95% bootstrap interval over tasks (paired: one resample for both).
 
-  python -m arenarl_jax.eval.query_reading --workdir=runs/quickstart [--per_subtask=5]
+  python -m arenarl_jax.tools.query_reading --workdir=runs/quickstart [--per_subtask=5]
       [--checkpoint=sft|rl]
 
 reads the run's ``config.json``, tokenizer and checkpoint, prints a table per subtask and ends with

@@ -1,4 +1,4 @@
-"""rl/reward_alignment.py: the checker's order against the verifier's, per group."""
+"""tools/reward_alignment.py: the checker's order against the verifier's, per group."""
 import json
 
 import numpy as np
@@ -6,8 +6,8 @@ import pytest
 
 from arenarl_jax import config_tree
 from arenarl_jax.envs import base
-from arenarl_jax.rl import reward_alignment as ra
 from arenarl_jax.text import messages as messages_lib
+from arenarl_jax.tools import reward_alignment as ra
 
 
 def test_alignment_by_hand():

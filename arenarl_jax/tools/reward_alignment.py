@@ -22,7 +22,7 @@ The groups come from an evaluation of several trajectories per task, e.g.
 
 on a run's checkpoint; then
 
-  python -m arenarl_jax.rl.reward_alignment --workdir=W [--file=W/eval/eval_00000000.jsonl]
+  python -m arenarl_jax.tools.reward_alignment --workdir=W [--file=W/eval/eval_00000000.jsonl]
       [--set=travel.wrong_fact_cost=1 ...] [--judge]
 
 scores them with the run's environment (``config.json``; ``--set`` changes ``env.*`` keys, e.g.
@@ -111,11 +111,12 @@ def training_rewards(config: Any, env: Any) -> Callable:
   return lambda grouped: source(grouped, judge, config, step=0).rewards_BG
 
 
-def _flatten(tree: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
+def flatten(tree: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
+  """A config tree -> ``{"a.b.c": value}``, as a run's ``config.json`` is read over the defaults."""
   out = {}
   for key, value in tree.items():
     if isinstance(value, Mapping):
-      out.update(_flatten(value, f"{prefix}{key}."))
+      out.update(flatten(value, f"{prefix}{key}."))
     else:
       out[f"{prefix}{key}"] = value
   return out
@@ -125,7 +126,7 @@ def set_env_key(config: Any, item: str) -> None:
   """Applies ``KEY=VALUE`` to ``config.env`` (``KEY`` dotted below ``env``, the value cast to the
   key's type)."""
   key, sep, value = item.partition("=")
-  current = _flatten(config.env.to_dict())
+  current = flatten(config.env.to_dict())
   if not sep or key not in current:
     raise ValueError(f"--set {item!r}: expected KEY=VALUE with env.KEY a config key")
   config.update_from_flattened_dict({f"env.{key}": type(current[key])(value)})
@@ -152,7 +153,7 @@ def main(argv: Sequence[str] | None = None) -> dict[str, float]:
     saved = json.load(f)
   # The run's keys over today's defaults: a run saved before a key existed still scores.
   config = config_tree.make_base_config()
-  config.update_from_flattened_dict(_flatten(saved))
+  config.update_from_flattened_dict(flatten(saved))
   for item in args.set:
     set_env_key(config, item)
   path = args.file or os.path.join(args.workdir, "eval", "eval_00000000.jsonl")
