@@ -28,12 +28,13 @@ from typing import Any
 
 import jax
 import ml_collections
+import numpy as np
 from flax import nnx
 
 from arenarl_jax import checkpoint as ckpt_lib
 from arenarl_jax import hosts, metrics as metrics_lib, sharding
 from arenarl_jax.rl import losses
-from arenarl_jax.data import builder, pipeline
+from arenarl_jax.data import builder, pipeline, records
 from arenarl_jax.envs import compact_schemas
 from arenarl_jax.sft.policy import Policy
 from arenarl_jax.rl.train_step import Trainer, make_optimizer
@@ -53,6 +54,22 @@ def make_trainer(config: ml_collections.ConfigDict, graphdef, params, mesh) -> T
   return Trainer(graphdef, params, mesh, losses.LossConfig(),
                  make_optimizer(optim, int(s.steps)), accumulation_steps=s.accumulation_steps,
                  chunk=config.rl.logprob_chunk, objective="sft", remat=config.model.remat)
+
+
+def copy_batch(env: Any, tokenizer: Any, tools, s: ml_collections.ConfigDict, *, seed: int,
+               step: int) -> dict[str, Any]:
+  """This host's rows of copy-phase update ``step``: ``sft.copy_rows`` (global) drills of the
+  environment (``copy_drill``) rendered like SFT rows, ``sft.copy_seq_len`` tokens each. A
+  function of (seed, step, host) alone, so a resumed run draws the same rows."""
+  rows = pipeline.local_batch_size(int(s.copy_rows), jax.process_count())
+  features = pipeline.SFTFeatures(tokenizer, seq_len=int(s.copy_seq_len), tools=tools,
+                                  reasoning=s.reasoning)
+  rng = np.random.default_rng([seed, step, jax.process_index()])
+  out = [features(records.Example(task_id=f"copy/{step}/{k}", env=env.name, subtask="copy",
+                                  query="", messages=tuple(env.copy_drill(rng))))
+         for k in range(rows)]
+  return {"tokens_NT": np.stack([r["tokens_T"] for r in out]),
+          "loss_mask_NT": np.stack([r["loss_mask_T"] for r in out])}
 
 
 def has_checkpoint(workdir: str) -> bool:
@@ -77,14 +94,23 @@ def run(config: ml_collections.ConfigDict, workdir: str, policy: Policy, env: An
 
   source = builder.data_source(data_path or dataset_path(config), "sft")
   tools = compact_schemas.tool_source(env, config.env.schemas).tools()
-  first_steps = int(s.first_turn_steps)
-  if not 0 <= first_steps <= int(s.steps):
-    raise ValueError(f"sft.first_turn_steps={first_steps} must be in [0, sft.steps={s.steps}]")
+  copy_steps, first_steps = int(s.copy_steps), int(s.first_turn_steps)
+  if copy_steps < 0 or not 0 <= copy_steps + first_steps <= int(s.steps):
+    raise ValueError(f"sft.copy_steps={copy_steps} + sft.first_turn_steps={first_steps} must be "
+                     f"in [0, sft.steps={s.steps}]")
+  if copy_steps and not hasattr(env, "copy_drill"):
+    raise ValueError(f"sft.copy_steps={copy_steps}: environment {env.name!r} has no copy_drill()")
   groups = env.name_groups() if hasattr(env, "name_groups") else None
   iterators = {phase: iter(pipeline.sft_batches_from_config(
       config, source, tokenizer=policy.tokenizer, tools=tools, first_turn=phase == "first_turn",
       name_groups=groups))
                for phase in (("first_turn",) if first_steps else ()) + ("whole",)}
+
+  def batch_at(step: int):
+    if step < copy_steps:
+      return copy_batch(env, policy.tokenizer, tools, s, seed=int(config.data.seed), step=step)
+    return next(iterators["first_turn" if step < copy_steps + first_steps else "whole"])
+
   checkpointer = ckpt_lib.Checkpointer(os.path.join(out_dir, "checkpoints"),
                                        every=max(int(s.steps), 1), keep=1)
   start = 0
@@ -104,7 +130,7 @@ def run(config: ml_collections.ConfigDict, workdir: str, policy: Policy, env: An
   try:
     t_log, tokens_since = time.perf_counter(), 0.0
     for step in range(start, int(s.steps)):
-      local = next(iterators["first_turn" if step < first_steps else "whole"])
+      local = batch_at(step)
       # Every host cuts its rows to the same width: the global batch has one shape.
       t = hosts.global_max(pipeline.trained_width(local["loss_mask_NT"],
                                                   int(config.data.sft_bucket)))

@@ -12,6 +12,7 @@ from arenarl_jax.envs import base
 from arenarl_jax.envs import inprocess
 from arenarl_jax.envs import settings as env_settings
 from arenarl_jax.envs.travel import checker as checker_lib
+from arenarl_jax.envs.travel import copy_drills
 from arenarl_jax.envs.travel import expert as expert_lib
 from arenarl_jax.envs.travel import tasks as tasks_lib
 from arenarl_jax.envs.travel import tools as tools_lib
@@ -107,6 +108,10 @@ class TravelEnvironment:
       self._place_pattern = re.compile(
           r"(?<!\w)(?:" + "|".join(map(re.escape, places)) + r")(?!\w)")
     return tuple(dict.fromkeys(self._place_pattern.findall(task.query)))
+
+  def copy_drill(self, rng: np.random.Generator) -> list[dict[str, Any]]:
+    """One synthetic conversation that only reading answers (``copy_drills.py``)."""
+    return copy_drills.drill(self.world, rng)
 
   def name_groups(self) -> dict[str, tuple[str, ...]]:
     """``names()`` by group: ``city`` and one group per place category (``place:<category>``),
