@@ -112,6 +112,11 @@ def make_base_config() -> ml_collections.ConfigDict:
       tool_timeout_s=30.0,  # per tool call; a call still running then is a timeout observation
       max_concurrent_calls=64,  # tool calls in flight on one tool source
       system="",  # system prompt; "" = the chat format's default
+      # Share of one batch's rows that may end as "error" (the host's bookkeeping for the row
+      # raised) before the step stops with the first traceback; the count is rollout/errors.
+      # 0.25, like tournament.failure_threshold: a systematic bug fails most rows and still
+      # stops the first step, while a rare row-specific failure does not end a long run.
+      max_error_share=0.25,
   )
   c.tournament = dict(
       topology="single_elimination",  # anchor|round_robin|swiss|double_elimination|single_elimination
@@ -145,6 +150,9 @@ def make_base_config() -> ml_collections.ConfigDict:
       # The share of SFT rows whose world names (cities, places) are swapped, consistently within
       # the row, for others of their group: only reading predicts them (data/renaming.py).
       rename_share=0.0,
+      # The first updates of sft.steps (before the first-turn phase) on the environment's copy
+      # drills (envs/travel/copy_drills.py): short synthetic rows that only reading answers.
+      copy_steps=0, copy_rows=32, copy_seq_len=512,
       log_every=10,  # steps between metric rows (and the progress bar's loss)
   )
   c.eval = defaults(eval_settings.EvalSettings)  # eval/settings.py: when, how many, intervals
