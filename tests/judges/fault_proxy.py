@@ -6,6 +6,8 @@ reaching the model), or "hang" (no answer until the client gives up). Requests p
 pass. When the upstream is down, the client's connection is reset (as if talking to it directly).
 ``gate=(k, total)`` holds each passing request until k are in flight together (or it is the
 first, a lone probe, or the last of ``total``), so concurrency is checked by counting, not timing.
+``outcomes(n)`` reads ``answered`` once the first n arrivals each have a recorded outcome, waiting
+on a condition the proxy signals when it records one (not on a clock).
 """
 import asyncio
 import re
@@ -27,8 +29,10 @@ class FaultProxy:
     self.arrivals = 0  # chat-completion requests received
     self.forwarded = 0  # chat-completion requests that reached the upstream server
     # Per arrival, in arrival order: "pass", "429", "503", "hang", "reset". Each entry is set
-    # before the client can see the outcome, so a client that has its answer finds it recorded.
+    # before the client can see the outcome, so a client that has its answer finds it recorded;
+    # ``outcomes`` waits on ``_recorded`` anyway, so a reader never depends on that ordering.
     self.answered: list[str | None] = []
+    self._recorded = threading.Condition()
     self.bodies: list[bytes] = []  # chat-completion request bodies, in arrival order
     self.in_flight = self.max_in_flight = 0
     self._loop = asyncio.new_event_loop()
@@ -39,6 +43,16 @@ class FaultProxy:
   @property
   def base_url(self) -> str:
     return f"http://127.0.0.1:{self.port}/v1"
+
+  def outcomes(self, n: int, timeout_s: float = 60.0) -> list[str | None]:
+    """``answered`` once the first ``n`` arrivals each have an outcome (AssertionError if they
+    do not within ``timeout_s``: a proxy that never records is a bug to report, not to wait on)."""
+    def done():
+      return len(self.answered) >= n and None not in self.answered[:n]
+    with self._recorded:
+      if not self._recorded.wait_for(done, timeout_s):
+        raise AssertionError(f"proxy outcomes not recorded within {timeout_s}s: {self.answered}")
+      return list(self.answered)
 
   def start(self) -> "FaultProxy":
     self._thread.start()
@@ -78,7 +92,9 @@ class FaultProxy:
       self.arrivals += 1
       self.bodies.append(body)
       action = self.schedule[index] if index < len(self.schedule) else "pass"
-      self.answered.append(action if action == "hang" else None)
+      with self._recorded:
+        self.answered.append(action if action == "hang" else None)
+        self._recorded.notify_all()
       self.in_flight += 1
       self.max_in_flight = max(self.max_in_flight, self.in_flight)
     try:
@@ -101,6 +117,10 @@ class FaultProxy:
     finally:
       if is_chat:
         self.in_flight -= 1
+        # A path that ended without an outcome (the upstream reset mid-request, the client went
+        # away) closes the client's connection unanswered: that is a reset, recorded before close.
+        if self.answered[index] is None:
+          self._record(index, "reset")
       writer.close()
 
   async def _hold(self) -> None:
@@ -115,7 +135,9 @@ class FaultProxy:
 
   def _record(self, index: int | None, outcome: str) -> None:
     if index is not None:  # a chat-completion request (others are not counted)
-      self.answered[index] = outcome
+      with self._recorded:
+        self.answered[index] = outcome
+        self._recorded.notify_all()
 
   async def _forward(self, head: bytes, body: bytes, writer: asyncio.StreamWriter,
                      index: int | None) -> None:
@@ -133,7 +155,12 @@ class FaultProxy:
       self.forwarded += 1
       if self.on_forward is not None:  # the request is with the server now
         self.on_forward(self.forwarded)
-    response = await up_reader.read()  # the upstream closes after one response
+    try:
+      response = await up_reader.read()  # the upstream closes after one response
+    except ConnectionError:
+      # A server killed before it read the whole request resets the connection (unread data)
+      # instead of closing it: the same outcome as an empty answer.
+      response = b""
     up_writer.close()
     if not response:
       self._record(index, "reset")

@@ -151,7 +151,7 @@ def test_server_killed_mid_batch(real_endpoint):
     with pytest.raises(http.JudgeFailureError, match="1/1 judge matches failed"):
       judge.judge(_matches(1))
     assert judge.metrics["failures"] == 2 and judge.metrics["failed_matches"] == 1
-    assert proxy.forwarded == 0 and set(proxy.answered) == {"reset"}
+    assert proxy.forwarded == 0 and set(proxy.outcomes(2)) == {"reset"}
   finally:
     server.start()
   # 2. Killed while answering the batch's first request, restarted on the same port.
@@ -169,6 +169,9 @@ def test_server_killed_mid_batch(real_endpoint):
   results = judge.judge(_matches(1))
   restarter[0].join(120)
   assert all(r.ok for r in results), [r.error for r in results]
-  assert proxy.answered.count("reset") >= 1 and judge.metrics["retries"] >= 1
+  # Read through ``outcomes``: it waits until each arrival's outcome is recorded, so the killed
+  # request's "reset" is never read before the proxy has written it.
+  answered = proxy.outcomes(proxy.arrivals)
+  assert answered.count("reset") >= 1 and judge.metrics["retries"] >= 1
   assert proxy.forwarded == 3  # the killed request, then both directions on the new server
   assert server.proc.poll() is None
