@@ -58,7 +58,7 @@ def host_copy(tree: Any) -> Any:
 # become one value: counts add up (every judge/ counter, tool errors by kind and these), times take
 # the slowest host, extremes their extreme, the rest (means over trajectories or groups) the mean
 # over hosts; a count a host lacks is 0 there. The order-flip rate is recomputed from the sums.
-_SUMMED = ("tokens_per_s", "rollout/judge_cache_hits")
+_SUMMED = ("tokens_per_s", "rollout/judge_cache_hits", "rollout/errors")
 
 
 def combine_host_stats(per_host: list[Mapping[str, float]]) -> dict[str, float]:

@@ -113,11 +113,12 @@ def test_share_start_finds_the_contiguous_slice():
 def test_host_stats_add_counts_take_extremes_and_average_means():
   got = hosts.combine_host_stats([
       {"judge/requests": 6.0, "reward/mean": 1.0, "time/judge_s": 0.5, "advantage/abs_max": 1.2,
-       "rollout/tool_errors/timeout": 2.0},
+       "rollout/tool_errors/timeout": 2.0, "rollout/errors": 1.0},
       {"judge/requests": 4.0, "reward/mean": 3.0, "time/judge_s": 0.25,
-       "advantage/abs_max": 0.7}])
+       "advantage/abs_max": 0.7, "rollout/errors": 2.0}])
   assert got == {"judge/requests": 10.0, "reward/mean": 2.0, "time/judge_s": 0.5,
-                 "advantage/abs_max": 1.2, "rollout/tool_errors/timeout": 2.0}
+                 "advantage/abs_max": 1.2, "rollout/tool_errors/timeout": 2.0,
+                 "rollout/errors": 3.0}
   # Judge counters add up; the order-flip rate is the pooled one (3 / 8), not the hosts' mean.
   got = hosts.combine_host_stats([
       {"judge/cache_hits": 2.0, "judge/order_flips": 1.0, "judge/both_orders": 2.0,

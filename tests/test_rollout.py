@@ -11,7 +11,7 @@ from arenarl_jax.text import chat_format
 from arenarl_jax.text import messages as msgs
 from arenarl_jax.text import tool_calls as tc
 from arenarl_jax.envs.base import Task
-from arenarl_jax.rollout.agent_loop import Rollout, RolloutSettings
+from arenarl_jax.rollout.agent_loop import Rollout, RolloutErrorsExceeded, RolloutSettings
 from arenarl_jax.sampling.sampler import SamplingSettings
 from arenarl_jax.types import TRAJECTORY_FINISH_REASONS
 
@@ -288,6 +288,9 @@ def test_settings_come_from_the_config_tree_and_are_checked():
     RolloutSettings(max_observation_tokens=4)
   with pytest.raises(ValueError, match="rollout.max_turns"):
     RolloutSettings(max_turns=-1)
+  assert s.max_error_share == c.rollout.max_error_share == 0.25
+  with pytest.raises(ValueError, match="rollout.max_error_share"):
+    RolloutSettings(max_error_share=1.5)
 
 
 def test_a_row_whose_bookkeeping_fails_ends_as_error_and_the_batch_goes_on(tok):
@@ -298,10 +301,61 @@ def test_a_row_whose_bookkeeping_fails_ends_as_error_and_the_batch_goes_on(tok):
     if answer == "fine":
       raise RuntimeError("a broken validity rule")
     return True, ""
-  sampler, rollout = make(tok, texts_script(tok, choose))
+  # Every row fails here: a limit of 1.0 lets the batch through to show what the rows hold.
+  sampler, rollout = make(tok, texts_script(tok, choose), max_error_share=1.0)
   batch = rollout.run(tasks(1), FakeToolSource(), group_size=2, key=jax.random.key(0),
                       valid=valid)
   for traj in batch.trajectories[0]:
     assert traj.finish_reason == "error"
     assert traj.metadata["finish_note"] == "RuntimeError: a broken validity rule"
   assert batch.stats["finish"]["error"] == 2 and batch.valid_rate == 0
+  assert batch.stats["errors"] == 2
+
+
+def _failing_rows(bad):
+  """A script whose rows answer "fine" (or "bad <row>" for rows in ``bad``) after one lookup, and
+  a validity rule that raises on "bad ..." answers: exactly the rows in ``bad`` end as error."""
+  def choose(row, turn, rng):
+    del rng
+    if turn == 0:
+      return call("lookup", q="x")
+    return f"bad {row}" if row in bad else "fine"
+
+  def valid(answer, task):
+    del task
+    if answer.startswith("bad"):
+      raise RuntimeError(f"a broken validity rule on {answer!r}")
+    return True, ""
+  return choose, valid
+
+
+def test_a_few_failing_rows_stay_under_the_error_share_and_are_counted(tok):
+  choose, valid = _failing_rows({5})
+  _, rollout = make(tok, texts_script(tok, choose))  # the default limit, 0.25
+  batch = rollout.run(tasks(2), FakeToolSource(), group_size=4, key=jax.random.key(0),
+                      valid=valid)
+  finishes = [t.finish_reason for g in batch.trajectories for t in g]
+  assert finishes == ["answer"] * 5 + ["error"] + ["answer"] * 2
+  assert batch.stats["errors"] == 1 and batch.stats["finish"]["error"] == 1
+  assert batch.valid_rate == 7 / 8
+
+
+def test_failing_rows_above_the_error_share_stop_the_batch_with_the_first_traceback(tok):
+  choose, valid = _failing_rows({1, 2, 6})  # 3/8 > 0.25; row 1 fails first
+  _, rollout = make(tok, texts_script(tok, choose))
+  with pytest.raises(RolloutErrorsExceeded) as caught:
+    rollout.run(tasks(2), FakeToolSource(), group_size=4, key=jax.random.key(0), valid=valid)
+  e = caught.value
+  assert (e.errors, e.rows, e.share, e.limit) == (3, 8, 3 / 8, 0.25)
+  message = str(e)
+  assert "3/8 rows ended as error (37.5%) > rollout.max_error_share=25.0%" in message
+  # The first failure's whole traceback, not only its last line; later rows' are left out.
+  assert e.first_traceback.startswith("Traceback (most recent call last):")
+  assert "RuntimeError: a broken validity rule on 'bad 1'" in e.first_traceback
+  assert "in valid" in e.first_traceback and e.first_traceback in message
+  assert "'bad 2'" not in message and "'bad 6'" not in message
+  # The next batch starts clean: its one failure is counted, not carried over.
+  choose, valid = _failing_rows({0})
+  _, rollout = make(tok, texts_script(tok, choose))
+  assert rollout.run(tasks(2), FakeToolSource(), group_size=4, key=jax.random.key(0),
+                     valid=valid).stats["errors"] == 1

@@ -110,6 +110,9 @@ class Experience:
     adv_N = np.where(mask_BG > 0, adv_BG, 0.0).reshape(-1).astype(np.float32)
     stats.update(rl_stats.step_stats(groups, adv_BG, judged.rewards_BG, mask_BG))
     stats["valid_rate"] = float(batch.valid_rate)
+    # A count, not the rollout/finish/error share: rows lost to host bugs below
+    # rollout.max_error_share (above it the rollout raised) stay visible per step.
+    stats["rollout/errors"] = float(batch.stats["errors"])
     stats.update(rollout_stats.trajectory_metrics(flat, "rollout", self.tool_names))
     if "judge/requests" in stats and groups:
       stats["judge/requests_per_group"] = stats["judge/requests"] / len(groups)

@@ -23,7 +23,9 @@ What training can rely on, per trajectory:
 - Finish reasons: ``answer`` (a turn with no tool call; ``invalid`` when ``valid`` rejects its
   content), ``length`` (the per-turn limit cut a turn, or the total budget / cache ran out: a row
   that would overflow ends here instead of failing the batch), ``max_turns`` (the forced final turn
-  still called tools), ``error`` (host bookkeeping for that row failed; the batch goes on).
+  still called tools), ``error`` (host bookkeeping for that row failed; the batch goes on while
+  the share of such rows stays within ``max_error_share``, else ``RolloutErrorsExceeded`` stops the
+  step with the first failure's traceback: many failing rows are a bug, not noise to train on).
 """
 from __future__ import annotations
 
@@ -32,6 +34,7 @@ import dataclasses
 import functools
 import json
 import time
+import traceback
 from typing import Any, Callable, Sequence
 
 import jax
@@ -62,6 +65,9 @@ class RolloutSettings:
   max_concurrent_calls: int = 64  # calls in flight on the tool source at once
   system: str = ""  # system prompt; "" = the chat format's default
   final_note: str = FINAL_NOTE  # the user turn that asks rows still calling for an answer
+  # Rows of one batch that may end as ``error`` (host bookkeeping failed) before the step stops;
+  # the same tolerance as tournament.failure_threshold (config_tree explains the value).
+  max_error_share: float = 0.25
 
   def __post_init__(self):
     for name in ("max_turns", "max_total_tokens", "max_observation_tokens"):
@@ -72,12 +78,30 @@ class RolloutSettings:
                        f"{self.max_observation_tokens}")
     if self.tool_timeout_s <= 0 or self.max_concurrent_calls < 1:
       raise ValueError("rollout.tool_timeout_s must be > 0 and rollout.max_concurrent_calls >= 1")
+    if not 0.0 <= self.max_error_share <= 1.0:
+      raise ValueError(f"rollout.max_error_share must be in [0, 1], got {self.max_error_share}")
 
   @classmethod
   def from_config(cls, config) -> "RolloutSettings":
     """From ``config.rollout`` plus ``config.sampling.max_turns``."""
     return settings_from_config(cls, config.rollout, "rollout",
                                 max_turns=config.sampling.max_turns)
+
+
+class RolloutErrorsExceeded(RuntimeError):
+  """More of a batch's rows ended as ``error`` than ``rollout.max_error_share`` allows.
+
+  Carries the count, the share, the limit and the first caught exception's formatted traceback
+  (``first_traceback``; also in the message), so the stopped step says what broke."""
+
+  def __init__(self, errors: int, rows: int, limit: float, first_traceback: str):
+    self.errors, self.rows, self.limit = errors, rows, limit
+    self.share = errors / rows
+    self.first_traceback = first_traceback
+    super().__init__(
+        f"rollout: {errors}/{rows} rows ended as error ({self.share:.1%}) > "
+        f"rollout.max_error_share={limit:.1%}; the first failure:\n"
+        f"{first_traceback or '(no traceback: a row was left unfinished)'}")
 
 
 @dataclasses.dataclass
@@ -153,6 +177,7 @@ class Rollout:
     self.budget = min(settings.max_total_tokens or sampler.cache_len, sampler.cache_len)
     self._loop: asyncio.AbstractEventLoop | None = None
     self._note_ids = msgs.encode_plain(tokenizer, TRUNCATED_NOTE)
+    self._first_traceback = ""  # of the current run's first row failure (``_guard``)
 
   def close(self) -> None:
     if self._loop is not None:
@@ -199,6 +224,7 @@ class Rollout:
     if not tasks:
       raise ValueError("rollout: no tasks")
     t_start = time.perf_counter()
+    self._first_traceback = ""
     g, s = group_size, self.settings
     tools = source.tools()
     prompts = [msgs.encode_segments(self.tok, msgs.render_segments(
@@ -273,14 +299,22 @@ class Rollout:
     trajectories = [[self._trajectory(rows[b * g + i], task, i, policy_step)
                      for i in range(g)] for b, task in enumerate(tasks)]
     stats["wall_s"] = time.perf_counter() - t_start
-    return RolloutBatch(trajectories, _summary(stats, rows, self.sampling.temperature))
+    summary = _summary(stats, rows, self.sampling.temperature)
+    if summary["errors"] > s.max_error_share * len(rows):
+      raise RolloutErrorsExceeded(summary["errors"], len(rows), s.max_error_share,
+                                  self._first_traceback)
+    return RolloutBatch(trajectories, summary)
 
   def _guard(self, row: _Row, fn: Callable[[], Any], default: Any = None) -> Any:
-    """Runs one row's bookkeeping; a failure ends that row as ``error``, never the batch."""
+    """Runs one row's bookkeeping; a failure ends that row as ``error``, not the batch (``run``
+    counts such rows against ``max_error_share``). The run's first failure keeps its traceback:
+    when the share is exceeded it is what the error shows."""
     try:
       return fn()
     except Exception as e:  # pylint: disable=broad-except
       row.finish, row.note = "error", f"{type(e).__name__}: {e}"
+      if not self._first_traceback:
+        self._first_traceback = traceback.format_exc()
       return default
 
   def _take_turn(self, row: _Row, ids: list[int], logp: np.ndarray, reason: str, *,
@@ -362,15 +396,17 @@ def _note_size(stats: dict[str, Any], state) -> None:
 
 
 def _summary(stats: dict[str, Any], rows: Sequence[_Row], temperature: float) -> dict[str, Any]:
-  """Batch stats: finish counts, the valid-generation rate (share of rows that answered), token
-  counts and phase times (device_s: prefill, decode and extend calls, compiles included; tool_s:
-  the tool phases; host_s: the rest of the wall time, the driver's own bookkeeping)."""
+  """Batch stats: finish counts (``errors``: the rows that ended as ``error``), the
+  valid-generation rate (share of rows that answered), token counts and phase times (device_s:
+  prefill, decode and extend calls, compiles included; tool_s: the tool phases; host_s: the rest
+  of the wall time, the driver's own bookkeeping)."""
   finish = {f: sum(r.finish == f for r in rows) for f in types.TRAJECTORY_FINISH_REASONS}
   sampled = sum(sum(r.mask) for r in rows)
   device_s = stats["prefill_s"] + sum(stats["decode_s"]) + sum(stats["extend_s"])
   tool_s = sum(stats["tool_phase_s"])
   return {**stats, "obs_buckets": sorted(stats["obs_buckets"]),
           "cache_sizes": sorted(stats["cache_sizes"]), "finish": finish,
+          "errors": finish["error"],
           "valid_rate": finish["answer"] / len(rows), "sampled_tokens": sampled,
           "turns": len(stats["decode_s"]), "device_s": device_s, "tool_s": tool_s,
           "host_s": max(stats["wall_s"] - device_s - tool_s, 0.0),
