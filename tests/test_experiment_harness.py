@@ -7,9 +7,11 @@ types, into a copy of the study folder; a second run of the command must skip ev
 rewrite identical outputs.
 """
 import csv
+import dataclasses
 import json
 import os
 import pathlib
+import re
 import subprocess
 import sys
 import time
@@ -206,6 +208,31 @@ def test_a_study_checks_its_runs_before_running_anything(tmp_path):
       "  return [Run('a', 'x', 'configs/quickstart.py:smoke', s) for s in (0, 1)]\n")
   with pytest.raises(ValueError, match="repeats run names"):
     study_lib.load(tmp_path, "smoke")
+
+
+def test_a_claim_naming_an_undefined_arm_is_an_error_and_an_unrun_one_is_not_run_yet(tmp_path):
+  # Arm "c" is in the full preset only: defined, so its claim waits for results. "arena" is in
+  # no preset: a misspelled arm, which must not pass for one that has not run yet.
+  (tmp_path / "study.py").write_text(
+      "from arenarl_jax.experiments import Claim, Run\n"
+      "CLAIMS = (Claim('a improves', 'met', 'a', 'start'), Claim('c above a', 'met', 'c', 'a'))\n"
+      "def runs(preset):\n"
+      "  arms = ('a', 'b', 'c') if preset == 'full' else ('a', 'b')\n"
+      "  return [Run(arm, arm, 'configs/quickstart.py:smoke', 0) for arm in arms]\n")
+  study = study_lib.load(tmp_path, "smoke")
+  assert study.arms() == ["a", "b"] and study.defined_arms() == ["a", "b", "c"]
+  results = [_result("a", 0, [0.5, 1.0], [0.0, 0.5])]
+  rows = list(csv.DictReader(tables.claims_csv(study, results).splitlines()))
+  assert [r["verdict"] for r in rows] == [claims.REPRODUCED, tables.NOT_RUN]
+  for typo in (claims.Claim("arena improves", "met", "arena", "start"),
+               claims.Claim("a above arena", "met", "a", "arena")):
+    bad = dataclasses.replace(study, claims=study.claims + (typo,))
+    message = (f"claim '{typo.text}' (met) names arm 'arena', which the study does not "
+               f"define; known arms: ['a', 'b', 'c']")
+    with pytest.raises(ValueError, match=re.escape(message)):
+      tables.claims_csv(bad, results)
+    with pytest.raises(ValueError, match=re.escape(message)):
+      tables.markdown(bad, results, [])
 
 
 def test_result_lines_parse_counts_as_ints():

@@ -151,10 +151,18 @@ class Study:
   # ``report(results) -> list[str]``: the study's own markdown lines (tables a generic arm table
   # cannot hold: judge cost, the paper's numbers beside ours), placed after the claims.
   report: Callable[[Sequence[dict]], list[str]] | None = None
+  # The full preset's arms: claims are written against the whole study, and a smaller preset
+  # runs only some of its arms (``defined_arms``).
+  full_arms: tuple[str, ...] = ()
 
   def arms(self) -> list[str]:
     """Arm names in the order their first run appears."""
     return list(dict.fromkeys(r.arm for r in self.runs))
+
+  def defined_arms(self) -> list[str]:
+    """Every arm the study defines: this preset's, then the full preset's. A claim may name
+    any of them (one this preset does not run is "not run yet"); any other name is a typo."""
+    return list(dict.fromkeys([*self.arms(), *self.full_arms]))
 
 
 def study_module(directory: str | pathlib.Path, defines: str):
@@ -171,9 +179,9 @@ def study_module(directory: str | pathlib.Path, defines: str):
 
 
 def load(directory: str | pathlib.Path, preset: str = "full") -> Study:
-  """Reads ``<directory>/study.py``: ``runs(preset)``, ``CLAIMS`` and optional
-  ``BOOTSTRAP_SAMPLES`` / ``BOOTSTRAP_SEED`` / ``report``; checks names are unique and every
-  config loads."""
+  """Reads ``<directory>/study.py``: ``runs(preset)`` (also ``runs("full")``, for the arms
+  claims may name), ``CLAIMS`` and optional ``BOOTSTRAP_SAMPLES`` / ``BOOTSTRAP_SEED`` /
+  ``report``; checks names are unique and every config loads."""
   directory, path, module = study_module(directory, "runs(preset)")
   runs = tuple(module.runs(preset))
   names = [r.name for r in runs]
@@ -181,6 +189,8 @@ def load(directory: str | pathlib.Path, preset: str = "full") -> Study:
     raise ValueError(f"{path}: preset {preset!r} repeats run names: {names}")
   for r in runs:
     resolve(r.config, r.overrides, r.seed)  # a typo in an override fails before anything runs
+  full = runs if preset == "full" else tuple(module.runs("full"))
   return Study(directory, preset, runs, tuple(getattr(module, "CLAIMS", ())),
                int(getattr(module, "BOOTSTRAP_SAMPLES", 2000)),
-               int(getattr(module, "BOOTSTRAP_SEED", 0)), getattr(module, "report", None))
+               int(getattr(module, "BOOTSTRAP_SEED", 0)), getattr(module, "report", None),
+               tuple(dict.fromkeys(r.arm for r in full)))

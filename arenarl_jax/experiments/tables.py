@@ -72,10 +72,25 @@ def command(study: Study) -> str:
           + ("" if study.preset == "full" else f" --preset={study.preset}"))
 
 
+def check_claim_arms(study: Study) -> None:
+  """ValueError for a claim whose ``arm`` or ``versus`` is no arm the study defines
+  (``Study.defined_arms``; ``versus`` may also be the run's own start): a misspelled arm would
+  otherwise read as an arm that has not run yet, and its claim would never get a verdict."""
+  known = study.defined_arms()
+  for claim in study.claims:
+    named = [claim.arm] + ([] if claim.versus == pooling.START else [claim.versus])
+    for name in named:
+      if name not in known:
+        raise ValueError(f"{study.directory.name}: claim {claim.text!r} ({claim.metric}) names "
+                         f"arm {name!r}, which the study does not define; known arms: {known}")
+
+
 def claims_csv(study: Study, results: Sequence[dict]) -> str:
   """One row per claim: the paper's statement and source, our gap with its interval, the
-  verdict (``not run yet`` while an arm has no result file) and the command; the rows the
-  README's top-level results table is generated from (``scripts/readme_claims.py``)."""
+  verdict (``not run yet`` while a defined arm has no result file; an arm the study does not
+  define is a ValueError, ``check_claim_arms``) and the command; the rows the README's
+  top-level results table is generated from (``scripts/readme_claims.py``)."""
+  check_claim_arms(study)
   rows = []
   for claim in study.claims:
     row = {"study": study.directory.name, "claim": claim.text, "outcome": claim.metric,
@@ -108,7 +123,9 @@ def _cell(iv, signed: bool = False) -> str:
 
 def markdown(study: Study, results: Sequence[dict], figures: Sequence[str]) -> str:
   """The README block: per arm the pooled outcomes at the end and the change from the start,
-  then each claim's gap and verdict, then the study's own ``report`` lines, then the figures."""
+  then each claim's gap and verdict (``check_claim_arms`` first), then the study's own
+  ``report`` lines, then the figures."""
+  check_claim_arms(study)
   samples, seed = study.bootstrap_samples, study.bootstrap_seed
   commits = sorted({(r["provenance"]["commit"][:10] + (" (dirty)" if r["provenance"]["dirty"]
                                                       else "")) for r in results})
