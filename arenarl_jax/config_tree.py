@@ -155,6 +155,13 @@ def make_base_config() -> ml_collections.ConfigDict:
       copy_steps=0, copy_rows=32, copy_seq_len=512,
       log_every=10,  # steps between metric rows (and the progress bar's loss)
   )
+  c.start = dict(  # arenarl_jax/sft/start.py: a pinned start, built once and committed
+      # The start the run begins from instead of model.init + SFT: a folder name under
+      # arenarl_jax/starts/ (or start.dir); "" = none, SFT in the job as sft.* says.
+      name="",
+      build=False,  # True: this run builds start.name (SFT, greedy eval on eval.split, write)
+      dir="",  # the start's folder instead of arenarl_jax/starts/<name> (tests, experiments)
+  )
   c.eval = defaults(eval_settings.EvalSettings)  # eval/settings.py: when, how many, intervals
   c.advantage = dict(
       source="arena",  # arena | pointwise

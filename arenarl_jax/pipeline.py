@@ -27,6 +27,7 @@ from arenarl_jax.rl import loop
 from arenarl_jax.sampling.layout import sampling_mesh
 from arenarl_jax.sft import policy as policy_lib
 from arenarl_jax.sft import stage as sft
+from arenarl_jax.sft import start as start_lib
 
 STAGES = ("sft", "rl", "eval")
 # --mode -> the stages it runs ("export" is ``export``).
@@ -87,13 +88,14 @@ def pipeline(config: ml_collections.ConfigDict, workdir: str,
   hosts.initialize_distributed(config.distributed)
   main_process = jax.process_index() == 0
   env = base.make_environment_from_config(config.env)
+  t_build = time.perf_counter()
   # Process 0 builds the dataset and trains and saves the tokenizer before the others look.
   data_path = hosts.process_0_first(lambda: sft.dataset_path(config), "dataset")
   policy = hosts.process_0_first(lambda: policy_lib.make_policy(config, workdir, env), "policy")
   times = {}
 
   t0 = time.perf_counter()
-  if config.sft.steps > 0:
+  if start_lib.in_job(config):
     if "sft" in stages:
       sft_params, last = sft.run(config, workdir, policy, env, data_path=data_path)
       if main_process and last:
@@ -107,6 +109,8 @@ def pipeline(config: ml_collections.ConfigDict, workdir: str,
       print(f"RESULT stage=sft steps={int(config.sft.steps)}")
     return None
   start_params = nnx.to_pure_dict(nnx.split(policy.model)[1])
+  if config.start.build:
+    return build_start(config, workdir, env, policy, start_params, data_path, t_build)
 
   evaluator = eval_lib.Evaluator(config, env, policy, workdir) if "eval" in stages else None
   sft_rows = None
@@ -161,13 +165,43 @@ def pipeline(config: ml_collections.ConfigDict, workdir: str,
   return report
 
 
+def build_start(config: ml_collections.ConfigDict, workdir: str, env, policy, params,
+                data_path: str, t_build: float):
+  """``start.build``: the SFT policy's greedy evaluation on ``eval.split``, then the pinned
+  start's folder (``sft/start.py``) with its record; prints the table and a RESULT line."""
+  repo = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+  commit, dirty = start_lib.git_state(repo)  # before the build writes into the package
+  report = eval_lib.Evaluator(config, env, policy, workdir).evaluate(params, 0)
+  if jax.process_index() != 0:
+    return report
+  settings = start_lib.build_settings(config)
+  record = {"commit": commit, "dirty": dirty, "settings": settings,
+            "settings_hash": start_lib.settings_hash(settings),
+            "dataset": {"name": start_lib.dataset_name(data_path),
+                        "sha256": start_lib.dataset_digest(data_path)},
+            "sft": start_lib.curve_summary(os.path.join(workdir, sft.SFT_DIR)),
+            "validation": start_lib.validation(report), "cpu": start_lib.cpu_kind(),
+            "wall_s": round(time.perf_counter() - t_build, 1)}
+  directory = start_lib.write(start_lib.start_dir(config),
+                              model=with_params(policy.model, hosts.host_copy(params)),
+                              cfg=policy.cfg, tokenizer=policy.tokenizer, record=record)
+  v = record["validation"]["overall"]
+  print(f"start {config.start.name!r} written to {directory} (greedy, {v['tasks']} "
+        f"{config.eval.split} tasks):\n{report.table()}")
+  keys = ("valid", "limit_stops", "met", "content_met", "first_call_place", "solved")
+  print("RESULT stage=start " + " ".join(
+      f"{k}={v[k]:.4f}" for k in keys if k in v) + f" tasks={v['tasks']} dirty={int(dirty)} "
+        f"wall_s={record['wall_s']:.1f}")
+  return report
+
+
 def export(config: ml_collections.ConfigDict, workdir: str, path: str = "") -> str:
   """``--mode=export``: the newest RL checkpoint's policy (else the SFT one) as an HF safetensors
   directory with the run's tokenizer (default ``<workdir>/export``); returns the directory."""
   hosts.initialize_distributed(config.distributed)  # every host joins the checkpoint restore
   env = base.make_environment_from_config(config.env)
   policy = policy_lib.make_policy(config, workdir, env)
-  if config.sft.steps > 0:
+  if start_lib.in_job(config):
     policy.model = with_params(policy.model, sft.restore_params(config, workdir, policy))
   params, step = rl_params(config, workdir, policy.model)
   if params is None:

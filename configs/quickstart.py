@@ -100,7 +100,8 @@ Quickstart), smoke (seconds: a tiny model and a handful of tasks, for the test s
 from arenarl_jax import config_tree
 
 ARGS = {"method": "arenarl", "topology": "single_elimination", "group_size": 4,
-        "start": "kinds", "long": False, "smoke": False, "runlocal": False}
+        "start": "kinds", "long": False, "smoke": False, "runlocal": False,
+        "build_start": False}
 STARTS = ("kinds", "reading", "plain")
 
 
@@ -163,6 +164,11 @@ def get_config(arg=None):
   c.eval.every_steps = 0
   c.eval.group_size = 1
   c.eval.greedy = True
+
+  if args.build_start:  # the pinned start (arenarl_jax/sft/start.py): SFT, greedy validation
+    c.start.name = "travel_quickstart"
+    c.start.build = True
+    c.eval.split = "valid"
 
   if args.smoke or args.runlocal:
     c.model.init.preset = "tiny"

@@ -192,13 +192,14 @@ def runs(tmp_path_factory, dataset_dir):
   return tmp / "one", tmp / "two"
 
 
-def _main(workdir, data_dir, mode):
+def _main(workdir, data_dir, mode, *extra):
   """``python -m arenarl_jax.main`` on a workdir of ``runs`` (its config and overrides)."""
   sets = [f"--config.{o}" for o in OVERRIDES]
   env = dict(os.environ, XLA_FLAGS=xla_flags.with_devices(2))
   return subprocess.run(
       [sys.executable, "-m", "arenarl_jax.main", "--config=configs/quickstart.py:smoke",
-       f"--workdir={workdir}", f"--mode={mode}", f"--config.data.dir={data_dir}", *sets],
+       f"--workdir={workdir}", f"--mode={mode}", f"--config.data.dir={data_dir}", *sets,
+       *extra],
       cwd=ROOT, env=env, capture_output=True, text=True, timeout=900, check=False)
 
 
@@ -310,3 +311,35 @@ def test_two_processes_sample_their_own_groups_and_end_like_one_process(runs):
   assert sorted(want_hf) == sorted(got_hf)
   for key in want_hf:
     np.testing.assert_allclose(got_hf[key], want_hf[key], rtol=0, atol=1e-5, err_msg=key)
+
+
+def test_start_build_then_a_run_loads_it_and_reproduces_its_validation(runs, dataset_dir,
+                                                                       tmp_path):
+  """``start.build`` on a finished SFT run writes the start (weights, tokenizer, START.json);
+  a fresh run that names it skips SFT, and its greedy evaluation of the same validation tasks
+  (a new process, default XLA flags but the run's devices) gives the recorded per-task met."""
+  from arenarl_jax.sft import start as start_lib  # pylint: disable=import-outside-toplevel
+  work, out = tmp_path / "build", tmp_path / "start"
+  shutil.copytree(runs[0], work)  # SFT is done: the build reads it back
+  sets = ["--config.start.name=t", f"--config.start.dir={out}", "--config.eval.split=valid"]
+  built = _main(work, dataset_dir, "pipeline", "--config.start.build=True", *sets)
+  assert built.returncode == 0, built.stderr[-3000:]
+  assert "RESULT stage=start " in built.stdout
+  record = start_lib.read_record(str(out))
+  assert sorted(os.listdir(out)) == ["START.json", "config.json", "model.safetensors",
+                                     "tokenizer.json", "tokenizer_config.json"]
+  assert record["settings_hash"] == start_lib.settings_hash(record["settings"])
+  assert record["settings"]["data.sft_batch_size"] == 4  # the run's overrides are recorded
+  assert record["dataset"]["name"] and len(record["dataset"]["sha256"]) == 64
+  assert record["sft"]["steps"] == 2 and record["cpu"] in ("avx512", "avx2", "x86_64",
+                                                           "aarch64")
+  tasks = record["validation"]["tasks"]
+  assert len(tasks) == record["validation"]["overall"]["tasks"] == 5
+  # A new run from the start: no SFT stage, the same greedy validation rollouts.
+  fresh = tmp_path / "fresh"
+  loaded = _main(fresh, dataset_dir, "eval", *sets)
+  assert loaded.returncode == 0, loaded.stderr[-3000:]
+  assert not (fresh / "sft").exists()
+  rows = [json.loads(line) for line in open(fresh / "eval" / "eval_00000000.jsonl")][1:]
+  assert {r["task_id"]: (r["met"], r["total"]) for r in rows} == {
+      t: (v["met"], v["total"]) for t, v in tasks.items()}

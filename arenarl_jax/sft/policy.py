@@ -16,6 +16,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+import shutil
 from typing import Any
 
 import jax
@@ -28,7 +29,7 @@ from arenarl_jax.envs import compact_schemas
 from arenarl_jax.models import config as model_config
 from arenarl_jax.models.loading import load_model, load_tokenizer
 from arenarl_jax.models.transformer import Transformer, abstract_model, make_model
-from arenarl_jax.sft import name_init
+from arenarl_jax.sft import name_init, start
 from arenarl_jax.text import task_tokenizer
 from arenarl_jax.text.tokenizer import Tokenizer
 
@@ -101,9 +102,30 @@ def keep_first_layers(cfg: model_config.ModelConfig, model: Transformer,
   return cfg, nnx.merge(graphdef, state)
 
 
+def start_policy(config: ml_collections.ConfigDict, workdir: str) -> Policy:
+  """The pinned start ``start.name`` (``sft/start.py``): its weights and its tokenizer, which
+  is copied to ``<workdir>/tokenizer`` so every later stage of the run reads the same ids."""
+  directory = start.start_dir(config)
+  start.read_record(directory)  # a clear error when the folder is not a start
+  path = os.path.join(workdir, TOKENIZER_DIR)
+  if jax.process_index() == 0 and not os.path.isfile(os.path.join(path, "tokenizer.json")):
+    os.makedirs(path, exist_ok=True)
+    for name in os.listdir(directory):
+      if name.startswith("tokenizer") or name == "special_tokens_map.json":
+        shutil.copy(os.path.join(directory, name), os.path.join(path, name))
+  tok = Tokenizer.from_hf_dir(directory)
+  cfg, model = load_model(directory, compute_dtype=config.model.compute_dtype,
+                          attention=config.model.attention, use_cache=False,
+                          mesh=sharding.make_mesh(**config.mesh))
+  return Policy(cfg, model, tok)
+
+
 def make_policy(config: ml_collections.ConfigDict, workdir: str, env: Any = None) -> Policy:
-  """The run's starting policy (random from the preset, or ``model.source``'s weights, loaded
-  into the run's mesh, ``sharding.make_mesh(**config.mesh)``, by the partition rules)."""
+  """The run's starting policy: the pinned start when ``start.name`` names one (and this run
+  does not build it), else random from the preset, or ``model.source``'s weights, loaded into
+  the run's mesh, ``sharding.make_mesh(**config.mesh)``, by the partition rules."""
+  if start.loads(config):
+    return start_policy(config, workdir)
   tok = tokenizer_for(config, workdir, env)
   init = config.model.init
   if init.preset:

@@ -1,0 +1,86 @@
+"""The pinned start's record and staleness rule (sft/start.py), by hand; the build and load path
+runs end to end in tests/test_pipeline_smoke.py."""
+import json
+import os
+import sys
+
+import pytest
+
+from arenarl_jax import config_tree
+from arenarl_jax.sft import start
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+
+def _quickstart(arg):
+  sys.path.insert(0, os.path.join(ROOT, "configs"))
+  import quickstart  # pylint: disable=import-outside-toplevel
+  return quickstart.get_config(arg)
+
+
+def test_build_settings_hold_what_the_build_reads_and_nothing_else():
+  settings = start.build_settings(_quickstart("build_start"))
+  for key in ("seed", "model.init.preset", "sft.steps", "sft.lr", "data.sft_seq_len",
+              "env.name", "eval.split", "sampling.max_new_tokens"):
+    assert key in settings, key
+  for key in ("optim.lr", "rl.steps", "loss.kl_coef", "sampling.temperature", "judge.backend",
+              "sft.log_every", "data.dir", "env.travel.wrong_fact_cost", "start.name"):
+    assert key not in settings, key
+  assert settings["eval.split"] == "valid"
+  assert start.settings_hash(settings) == start.settings_hash(dict(reversed(settings.items())))
+
+
+def test_staleness_rule_both_ways():
+  defaults = {"a": 1, "b": "x", "new": 0}
+  recorded = {"a": 1, "b": "x"}
+  assert start.stale_keys(recorded, {"a": 1, "b": "x"}, defaults) == []
+  # A key added later at the value that keeps the old behaviour changes nothing ...
+  assert start.stale_keys(recorded, {"a": 1, "b": "x", "new": 0}, defaults) == []
+  # ... at another value it does, and so do a changed and a removed key.
+  assert start.stale_keys(recorded, {"a": 1, "b": "x", "new": 3}, defaults) == ["new"]
+  assert start.stale_keys(recorded, {"a": 2, "b": "x"}, defaults) == ["a"]
+  assert start.stale_keys(recorded, {"a": 1}, defaults) == ["b"]
+  # With the real defaults: a key the build reads, absent from an old record, at its default.
+  now = start.build_settings(_quickstart("build_start"))
+  old = {k: v for k, v in now.items() if k != "sft.copy_steps"}
+  assert start.stale_keys(old, now) == []
+  assert start.stale_keys(old, {**now, "sft.copy_steps": 100}) == ["sft.copy_steps"]
+
+
+def test_check_names_the_keys_that_differ(tmp_path):
+  config = _quickstart("build_start")
+  settings = start.build_settings(config)
+  (tmp_path / start.START_FILE).write_text(json.dumps(
+      {"settings": {**settings, "sft.lr": 1.0}}))
+  with config.unlocked():
+    config.start.dir = str(tmp_path)
+  assert start.check(config) == [f"sft.lr: 1.0 -> {config.sft.lr!r}"]
+  with config.unlocked():
+    config.optim.lr = 0.5  # RL settings are not the build's business
+  assert len(start.check(config)) == 1
+  with config.unlocked():
+    config.start.dir = str(tmp_path / "missing")
+  with pytest.raises(FileNotFoundError, match="no pinned start"):
+    start.check(config)
+
+
+def test_in_job_and_loads():
+  c = config_tree.make_base_config()
+  c.sft.steps = 10
+  assert start.in_job(c) and not start.loads(c)
+  c.start.name = "travel_quickstart"
+  assert not start.in_job(c) and start.loads(c)
+  c.start.build = True
+  assert start.in_job(c) and not start.loads(c)
+
+
+def test_dataset_name_and_curve_summary(tmp_path):
+  assert start.dataset_name("/c/arena_dataset/travel-seed0-abc/1.0.0") == "travel-seed0-abc"
+  assert start.dataset_name("/c/arena_dataset/travel-seed0-abc") == "travel-seed0-abc"
+  sft = tmp_path / "sft"
+  sft.mkdir()
+  rows = [{"step": 10 * k, "loss": 5.0 / k} for k in range(1, 21)]
+  (sft / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+  s = start.curve_summary(str(sft))
+  assert (s["steps"], s["first_loss"], s["last_loss"]) == (200, 5.0, 0.25)
+  assert list(s["loss_by_step"]) == [str(20 * k) for k in range(1, 11)]
