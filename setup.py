@@ -6,8 +6,12 @@ setuptools.setup(
     version="0.1.0",
     description="ArenaRL in JAX/Flax: tournament-ranked RL for open-ended LLM agents.",
     packages=setuptools.find_packages(include=["arenarl_jax", "arenarl_jax.*"]),
-    # C++ sources compiled on first use (models/cpu/build.py).
-    package_data={"arenarl_jax": ["models/cpu/*.cc", "models/cpu/*.h"]},
+    # Non-Python files the installed package reads: the C++ sources of the CPU attention kernel,
+    # compiled on first use (models/cpu/build.py), and the pinned SFT starts (sft/start.py's
+    # STARTS_DIR: starts/<name>/ with *.safetensors, *.json, ...), at any depth under starts/.
+    # `pip wheel . -w dist` packs them; check with `unzip -l dist/arenarl_jax-*.whl`.
+    package_data={"arenarl_jax": ["models/cpu/*.cc", "models/cpu/*.h",
+                                  "starts/*", "starts/**/*"]},
     python_requires=">=3.11",
     # Ranges, not pins: the GPU machine ships its own jax/flax (0.11 era) and we must run there too.
     install_requires=[
