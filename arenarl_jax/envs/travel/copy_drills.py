@@ -7,6 +7,8 @@ recalled from its name. A drill draws places of the world with invented figures 
 hours, address, distance), lists them as the tools print them and asks for some of them back
 (``sft.copy_steps``, ``sft/stage.py``):
 
+  repeat  a list of the world's names and invented figures, then the same list again: the
+          plain induction a lookup needs
   lookup  the places as a search result, then an answer in the expert's words that states, for
           the places the user asked for (in the asked order), the figures of their lines
   call    a query naming a city and a place, answered by the expert's first call on them
@@ -24,7 +26,7 @@ import numpy as np
 from arenarl_jax.envs.travel import tools as tools_lib
 from arenarl_jax.envs.travel import world as world_lib
 
-KINDS = ("lookup", "call")
+KINDS = ("repeat", "lookup", "call")
 
 
 def _clock(rng: np.random.Generator, lo: int, hi: int) -> int:
@@ -98,6 +100,20 @@ def call(world: world_lib.World, rng: np.random.Generator) -> list[dict[str, Any
                           for k, (name, args) in enumerate(calls)]}]
 
 
+def repeat(world: world_lib.World, rng: np.random.Generator) -> list[dict[str, Any]]:
+  items = []
+  for _ in range(int(rng.integers(6, 16))):
+    p = invented_poi(world, rng)
+    items.append(str(rng.choice([p.name, p.city, p.address, f"rating {p.rating}",
+                                 f"¥{p.price}", p.hours, f"{int(rng.integers(100, 10_000))} m"])))
+  text = ", ".join(items)
+  return [{"role": "user", "content": f"Repeat this list exactly: {text}"},
+          {"role": "assistant", "content": text}]
+
+
+DRILLS = {"repeat": repeat, "lookup": lookup, "call": call}
+
+
 def drill(world: world_lib.World, rng: np.random.Generator) -> list[dict[str, Any]]:
   """One drill's messages (user, assistant), its kind drawn uniformly from ``KINDS``."""
-  return (lookup if rng.random() < 0.5 else call)(world, rng)
+  return DRILLS[KINDS[int(rng.integers(len(KINDS)))]](world, rng)
