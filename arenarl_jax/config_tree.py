@@ -123,7 +123,7 @@ def make_base_config() -> ml_collections.ConfigDict:
       failure_threshold=0.25,  # share of failed matches in one step that stops the run
   )
   c.judge = dict(
-      backend="rubric",  # http | flax | rubric | verifier (see arenarl_jax/judges/__init__.py)
+      backend="rubric",  # http | flax | rubric | verifier (see arenarl_jax/judges/registry.py)
       # "" = the environment's rubric (env.name's: travel, deep_research); a built-in name must
       # be that one; a path to a rubric JSON file overrides it (judges/settings.py resolve_rubric)
       rubric="",

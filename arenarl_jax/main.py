@@ -9,36 +9,47 @@ Modes (the same command runs on every host of a pod):
                       references and the SFT policy (reproduces the pipeline's final evaluation).
   export              the newest RL (else SFT) policy as an HF safetensors directory with the
                       run's tokenizer, in <workdir>/export.
-Every stage resumes from what ``--workdir`` already holds.
+Any config key is set with ``--config.<key>=<value>`` (``run_config.load``). Every stage resumes
+from what ``--workdir`` already holds.
 """
 from __future__ import annotations
 
-import os
+import argparse
+from typing import Sequence
 
-from absl import app, flags, logging
-from ml_collections import config_flags
-
+from arenarl_jax import run_config
 from arenarl_jax.models import backend
 
-_CONFIG = config_flags.DEFINE_config_file("config", None, "Config file (configs/*.py[:arg]).",
-                                          lock_config=True)
-_WORKDIR = flags.DEFINE_string("workdir", None, "Where outputs (logs, metrics, results) go.")
-_MODE = flags.DEFINE_enum("mode", "pipeline", ["pipeline", "sft", "train", "eval", "export"],
-                          "What to run.")
-flags.mark_flags_as_required(["config", "workdir"])
+MODES = ("pipeline", "sft", "train", "eval", "export")
 
 
-def main(argv):
-  if len(argv) > 1:
-    raise app.UsageError(f"unexpected arguments: {argv[1:]}")
-  if not flags.FLAGS["verbosity"].present:
-    logging.set_verbosity(logging.WARNING)  # orbax/absl INFO chatter drowns the run's own output
-  config, workdir, mode = _CONFIG.value, _WORKDIR.value, _MODE.value
-  os.makedirs(workdir, exist_ok=True)
-  with open(os.path.join(workdir, "config.json"), "w") as f:
-    f.write(config.to_json_best_effort(indent=2))
-  from arenarl_jax import pipeline  # heavy imports (jax, model) only once flags are valid
-  pipeline.run_mode(mode, config, workdir)
+def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
+  """The command line as (config: the locked ConfigDict, workdir, mode, verbosity)."""
+  parser = argparse.ArgumentParser(prog="python -m arenarl_jax.main", allow_abbrev=False,
+                                   description=__doc__.split("\n", 1)[0])
+  parser.add_argument("--config", required=True,
+                      help="config file (configs/*.py[:arg]); --config.<key>=<value> sets a key")
+  parser.add_argument("--workdir", required=True, help="where outputs (logs, metrics, results) go")
+  parser.add_argument("--mode", default="pipeline", choices=MODES, help="what to run")
+  parser.add_argument("-v", "--verbosity", type=int, default=None,
+                      help="absl log level of the libraries (-1 warning, 0 info, 1 debug); "
+                      "default: warnings only")
+  args, overrides = parser.parse_known_args(argv)
+  try:
+    args.config = run_config.load(args.config, overrides)
+  except (FileNotFoundError, ValueError) as e:
+    parser.error(str(e))
+  return args
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+  args = parse_args(argv)
+  from absl import logging  # pylint: disable=g-import-not-at-top
+  # orbax/absl INFO chatter drowns the run's own output unless asked for
+  logging.set_verbosity(logging.WARNING if args.verbosity is None else args.verbosity)
+  run_config.write(args.workdir, args.config)
+  from arenarl_jax import pipeline  # pylint: disable=g-import-not-at-top  (jax, the model)
+  pipeline.run_mode(args.mode, args.config, args.workdir)
 
 
 def run():
@@ -46,7 +57,7 @@ def run():
   CPU-only host it re-executes itself with the retained-heap allocator settings:
   ``models/backend.py``'s ``prepare_process``)."""
   backend.prepare_process()
-  app.run(main)
+  main()
 
 
 if __name__ == "__main__":

@@ -18,7 +18,7 @@ from arenarl_jax import checkpoint as ckpt_lib
 from arenarl_jax import curves, hosts, sharding
 from arenarl_jax.data import builder
 from arenarl_jax.envs import base
-from arenarl_jax.eval import run as eval_lib
+from arenarl_jax.eval import run
 from arenarl_jax.eval.compare import EvalSettings
 from arenarl_jax.judges import make_judge
 from arenarl_jax.models.safetensors_io import export_hf_dir
@@ -26,7 +26,7 @@ from arenarl_jax.rl import experience
 from arenarl_jax.rl import loop
 from arenarl_jax.sampling.layout import sampling_mesh
 from arenarl_jax.sft import policy as policy_lib
-from arenarl_jax.sft import stage as sft
+from arenarl_jax.sft import stage
 from arenarl_jax.sft import start as start_lib
 
 STAGES = ("sft", "rl", "eval")
@@ -90,18 +90,18 @@ def pipeline(config: ml_collections.ConfigDict, workdir: str,
   env = base.make_environment_from_config(config.env)
   t_build = time.perf_counter()
   # Process 0 builds the dataset and trains and saves the tokenizer before the others look.
-  data_path = hosts.process_0_first(lambda: sft.dataset_path(config), "dataset")
+  data_path = hosts.process_0_first(lambda: stage.dataset_path(config), "dataset")
   policy = hosts.process_0_first(lambda: policy_lib.make_policy(config, workdir, env), "policy")
   times = {}
 
   t0 = time.perf_counter()
   if start_lib.in_job(config):
     if "sft" in stages:
-      sft_params, last = sft.run(config, workdir, policy, env, data_path=data_path)
+      sft_params, last = stage.run(config, workdir, policy, env, data_path=data_path)
       if main_process and last:
         print(f"sft: {int(config.sft.steps)} steps, final loss {last['loss']:.4f}")
     else:
-      sft_params = sft.restore_params(config, workdir, policy)
+      sft_params = stage.restore_params(config, workdir, policy)
     policy.model = with_params(policy.model, sft_params)
   times["sft_s"] = time.perf_counter() - t0
   if stages == ("sft",):
@@ -112,7 +112,7 @@ def pipeline(config: ml_collections.ConfigDict, workdir: str,
   if config.start.build:
     return build_start(config, workdir, env, policy, start_params, data_path, t_build)
 
-  evaluator = eval_lib.Evaluator(config, env, policy, workdir) if "eval" in stages else None
+  evaluator = run.Evaluator(config, env, policy, workdir) if "eval" in stages else None
   sft_rows = None
   if evaluator is not None:
     t0 = time.perf_counter()
@@ -126,7 +126,7 @@ def pipeline(config: ml_collections.ConfigDict, workdir: str,
   if "rl" in stages and config.rl.steps > 0:
     t0 = time.perf_counter()
     tasks = experience.tasks_from_records(builder.data_source(data_path, "train"))
-    truth = (eval_lib.checker_judge(env) if config.judge.backend in ("rubric", "verifier")
+    truth = (run.checker_judge(env) if config.judge.backend in ("rubric", "verifier")
              else None)
     eval_settings = EvalSettings.from_config(config.eval)
     source = experience.Experience(
@@ -161,7 +161,7 @@ def pipeline(config: ml_collections.ConfigDict, workdir: str,
     if config.judge.backend == "verifier" and final_step > 0:
       print("note: judge.backend=verifier trained on the verifier this evaluation counts: the "
             "judge's ceiling (judges/verifier_judge.py), not evidence of learning")
-    print(eval_lib.result_line(report, config.eval.opponent or "sft"))
+    print(run.result_line(report, config.eval.opponent or "sft"))
   return report
 
 
@@ -171,7 +171,7 @@ def build_start(config: ml_collections.ConfigDict, workdir: str, env, policy, pa
   start's folder (``sft/start.py``) with its record; prints the table and a RESULT line."""
   repo = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
   commit, dirty = start_lib.git_state(repo)  # before the build writes into the package
-  report = eval_lib.Evaluator(config, env, policy, workdir).evaluate(params, 0)
+  report = run.Evaluator(config, env, policy, workdir).evaluate(params, 0)
   if jax.process_index() != 0:
     return report
   settings = start_lib.build_settings(config)
@@ -179,7 +179,7 @@ def build_start(config: ml_collections.ConfigDict, workdir: str, env, policy, pa
             "settings_hash": start_lib.settings_hash(settings),
             "dataset": {"name": start_lib.dataset_name(data_path),
                         "sha256": start_lib.dataset_digest(data_path)},
-            "sft": start_lib.curve_summary(os.path.join(workdir, sft.SFT_DIR)),
+            "sft": start_lib.curve_summary(os.path.join(workdir, stage.SFT_DIR)),
             "validation": start_lib.validation(report), "cpu": start_lib.cpu_kind(),
             "wall_s": round(time.perf_counter() - t_build, 1)}
   directory = start_lib.write(start_lib.start_dir(config),
@@ -202,7 +202,7 @@ def export(config: ml_collections.ConfigDict, workdir: str, path: str = "") -> s
   env = base.make_environment_from_config(config.env)
   policy = policy_lib.make_policy(config, workdir, env)
   if start_lib.in_job(config):
-    policy.model = with_params(policy.model, sft.restore_params(config, workdir, policy))
+    policy.model = with_params(policy.model, stage.restore_params(config, workdir, policy))
   params, step = rl_params(config, workdir, policy.model)
   if params is None:
     params = nnx.to_pure_dict(nnx.split(policy.model)[1])

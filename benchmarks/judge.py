@@ -22,7 +22,7 @@ Flax part: ``FlaxJudge`` on SmolLM2 (float32, in this process) judging the same 
 batched call per mode: the rubric prefix prefilled once, rows in chunks of ``--flax_max_rows``.
 Logit mode generates nothing (one teacher-forced pass reads the score distributions); generative
 mode writes the same compact verdict the HTTP judge asks for, greedy, under the verdict's grammar
-(``judges/flax_constrained.py``: the fixed text forced, the scores restricted to 0..10, as the
+(``judges/flax/grammar.py``: the fixed text forced, the scores restricted to 0..10, as the
 HTTP side's JSON schema constrains them), and parses it strictly. A warm-up call compiles each
 mode's programs.
 
@@ -252,13 +252,12 @@ def bench_flax(matches: list[Match], max_rows: int, mode: str = "logit",
   warm-up set misses buckets); the timed call must compile nothing.
   Generative mode asks for the compact verdict (the HTTP side's tokens).
   """
-  from arenarl_jax.judges import flax_judge  # pylint: disable=g-import-not-at-top
+  from arenarl_jax.judges.flax import make_flax_judge  # pylint: disable=g-import-not-at-top
   flax = {"model": "smollm2", "max_rows": max_rows, "max_user_tokens": 2048, "mode": mode,
           "attention": attention}
   if mode == "generative":
     flax["max_new_tokens"] = max_new_tokens
-  judge = flax_judge.make_flax_judge({"rubric": "travel", "compact": mode == "generative",
-                                      "flax": flax})
+  judge = make_flax_judge({"rubric": "travel", "compact": mode == "generative", "flax": flax})
   start = time.perf_counter()
   judge.judge(matches)  # warm-up: the same programs as the timed call
   warmup_s = time.perf_counter() - start

@@ -39,7 +39,7 @@ def start_policy(config, workdir: str, env, from_workdir: str):
   """The policy the step starts from: fresh (``from_workdir`` empty), else the run's newest RL
   checkpoint or, without one, its SFT checkpoint (with the run's saved tokenizer)."""
   from arenarl_jax.sft import policy as policy_lib  # pylint: disable=import-outside-toplevel
-  from arenarl_jax.sft import stage as sft  # pylint: disable=import-outside-toplevel
+  from arenarl_jax.sft import stage  # pylint: disable=import-outside-toplevel
   from arenarl_jax import pipeline  # pylint: disable=import-outside-toplevel
   if not from_workdir:
     return policy_lib.make_policy(config, workdir, env), "init"
@@ -57,10 +57,10 @@ def start_policy(config, workdir: str, env, from_workdir: str):
   params, step = pipeline.rl_params(config, from_workdir, policy.model)
   source = f"rl_step_{step}"
   if params is None:
-    if not sft.has_checkpoint(from_workdir):
+    if not stage.has_checkpoint(from_workdir):
       raise FileNotFoundError(f"--from_workdir={from_workdir}: neither checkpoints/ nor "
-                              f"{sft.SFT_DIR}/checkpoints holds a policy")
-    params, source = sft.restore_params(config, from_workdir, policy), "sft"
+                              f"{stage.SFT_DIR}/checkpoints holds a policy")
+    params, source = stage.restore_params(config, from_workdir, policy), "sft"
   policy.model = pipeline.with_params(policy.model, jax.device_get(params))
   return policy, source
 
@@ -73,9 +73,9 @@ def main(argv=None):
                       help="start from this quickstart run's policy (RL checkpoint, else SFT)")
   args = parser.parse_args(argv)
   import quickstart  # pylint: disable=import-outside-toplevel
-  from arenarl_jax.eval import run as evaluator
+  from arenarl_jax.eval import run
   from arenarl_jax.rl import experience
-  from arenarl_jax.sft import stage as sft
+  from arenarl_jax.sft import stage
   from arenarl_jax import pipeline
   from arenarl_jax.rl import loop
   from arenarl_jax.data import builder
@@ -91,10 +91,10 @@ def main(argv=None):
   workdir = tempfile.mkdtemp(prefix="rl_step_")
   env = base.make_environment_from_config(config.env)
   policy, source = start_policy(config, workdir, env, args.from_workdir)
-  tasks = experience.tasks_from_records(builder.data_source(sft.dataset_path(config), "train"))
+  tasks = experience.tasks_from_records(builder.data_source(stage.dataset_path(config), "train"))
   rollout = experience.Experience(config, env, policy, tasks,
                                     pipeline.make_training_judge(config, env),
-                                    truth=evaluator.checker_judge(env))
+                                    truth=run.checker_judge(env))
   loop.run(config, workdir, rollout, model=policy.model)
   with open(os.path.join(workdir, "metrics.jsonl"), encoding="utf-8") as f:
     last = [json.loads(line) for line in f][-1]

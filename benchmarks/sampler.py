@@ -29,7 +29,7 @@ import jax
 import jax.numpy as jnp
 
 from arenarl_jax.models import backend
-from arenarl_jax.models.cpu import decode as token_step
+from arenarl_jax.models.cpu import decode
 from arenarl_jax.models.embedded import find_smollm2_gguf
 from arenarl_jax.models.loading import load_model
 from arenarl_jax.sampling.sampler import Sampler, SamplingSettings
@@ -57,7 +57,7 @@ def matmul_ceiling_fn(model, rows: int, feature_major: bool):
   head = model.embed[...] if model.lm_head is None else model.lm_head.kernel[...].T
   x_ND = jax.random.normal(jax.random.key(0), (rows, cfg.d_model), jnp.float32)
   if feature_major:
-    layers, head = token_step.transposed_kernels(model)
+    layers, head = decode.transposed_kernels(model)
     x_ND = x_ND.T.copy()  # [D, N]
 
   def mm(a, b):  # as models/cpu/decode.py: a barrier keeps XLA from refolding the transposed form

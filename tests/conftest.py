@@ -69,7 +69,7 @@ def shared_folder(name: str, build) -> str:
 # so the run does not end with one worker finishing a long file while the other idles.
 LONGEST_FIRST = ("test_config_runs.py", "test_pipeline_smoke.py", "test_train_step.py",
                  "test_experiment_harness.py", "test_training_studies.py",
-                 "judges/test_flax_judge.py",
+                 "judges/flax/test_judge.py",
                  "judges/test_http_server.py",
                  "models/test_attention_choice.py", "models/test_cache_attention.py",
                  "test_train.py", "test_sampler.py")

@@ -63,12 +63,12 @@ def main(argv):
   args = parser.parse_args(argv)
   config = make_config(args.steps, args.procs, args.proc, args.port)
   from arenarl_jax import hosts
-  from arenarl_jax.rl import loop as train
+  from arenarl_jax.rl import loop
   hosts.initialize_distributed(config.distributed)
   import jax
   from jax.experimental import multihost_utils
-  state = train.run(config, args.workdir, make_rollout(args.kill_at, args.term_at),
-                    model=make_model())
+  state = loop.run(config, args.workdir, make_rollout(args.kill_at, args.term_at),
+                   model=make_model())
   params = multihost_utils.process_allgather(state.params, tiled=True)
   if jax.process_index() == 0:
     flat = {"/".join(str(getattr(k, "key", k)) for k in path): np.asarray(x)

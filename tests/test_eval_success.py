@@ -9,7 +9,7 @@ import pytest
 
 from arenarl_jax.envs.base import Verification
 from arenarl_jax.eval import bootstrap, report as report_lib, success as success_lib
-from arenarl_jax.eval import compare as evaluate
+from arenarl_jax.eval import compare
 from arenarl_jax.eval.run import result_line
 from arenarl_jax.types import MatchResult, Step, Trajectory
 
@@ -98,8 +98,8 @@ def test_report_table_scalars_jsonl_and_result_line(tmp_path):
     def judge(self, matches):  # policy wins a, fails b, ties c
       return [MatchResult(12, 8), MatchResult(0, 0, ok=False, error="x"), MatchResult(10, 10)]
 
-  rep = evaluate.evaluate(policy, refs, Judge(), second=start, verify=verify,
-                          settings=evaluate.EvalSettings(bootstrap_samples=200))
+  rep = compare.evaluate(policy, refs, Judge(), second=start, verify=verify,
+                         settings=compare.EvalSettings(bootstrap_samples=200))
   overall = rep.success["overall"]
   assert overall.solved.value == pytest.approx(2 / 3)
   assert overall.solved_start.value == pytest.approx(1 / 3)
@@ -194,8 +194,8 @@ def test_content_met_and_first_call_place_by_hand():
     def judge(self, matches):
       return [MatchResult(10, 10)] * len(matches)
 
-  rep = evaluate.evaluate(policy, None, Judge(), second=start, verify=_content_verify,
-                          places=places, settings=evaluate.EvalSettings(bootstrap_samples=200))
+  rep = compare.evaluate(policy, None, Judge(), second=start, verify=_content_verify,
+                         places=places, settings=compare.EvalSettings(bootstrap_samples=200))
   assert "content" in rep.table() and "0.50 -> 0.75 n2" in rep.table()
   assert rep.scalars()["eval/content_met_rate"] == pytest.approx(1 / 3)
   assert rep.scalars()["eval/first_call_place_rate_start"] == pytest.approx(0.5)
@@ -211,8 +211,8 @@ def test_result_line_adds_content_and_place_keys():
     def judge(self, matches):
       return [MatchResult(10, 10)] * len(matches)
 
-  rep = evaluate.evaluate(policy, refs, Judge(), second=start, verify=_content_verify,
-                          places=places, settings=evaluate.EvalSettings(bootstrap_samples=200))
+  rep = compare.evaluate(policy, refs, Judge(), second=start, verify=_content_verify,
+                         places=places, settings=compare.EvalSettings(bootstrap_samples=200))
   values = dict(kv.split("=") for kv in result_line(rep).split()[1:])
   # Content per task: a 3/4 vs 1/4, b 1/4 vs 1/4 -> 0.5 vs 0.25, change +0.25.
   assert values["content_met_rate"] == "0.5000" and values["content_met_rate_start"] == "0.2500"

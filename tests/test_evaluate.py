@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from arenarl_jax import config_tree
-from arenarl_jax.eval import compare as evaluate
+from arenarl_jax.eval import compare
 from arenarl_jax.text import messages as msgs
 from arenarl_jax.data import env_examples, records
 from arenarl_jax.envs import base
@@ -56,7 +56,7 @@ def six_matches():
 def test_hand_worked_win_rate_with_ties_and_failures():
   policy, opponent, results = six_matches()
   judge = ListJudge(results)
-  comp = evaluate.win_rate(policy, opponent[::-1], judge, interval_method="t")
+  comp = compare.win_rate(policy, opponent[::-1], judge, interval_method="t")
   assert len(judge.calls) == 1 and len(judge.calls[0]) == 6  # one batched call
   for k, m in enumerate(judge.calls[0]):
     assert (m.group, m.i, m.j) == (k, 0, 1) and m.p is policy[k]
@@ -75,7 +75,7 @@ def test_hand_worked_win_rate_with_ties_and_failures():
 
 def test_all_failed_gives_nan_and_counts():
   policy, opponent, _ = six_matches()
-  comp = evaluate.win_rate(policy, opponent, ListJudge([MatchResult(0, 0, ok=False)] * 6))
+  comp = compare.win_rate(policy, opponent, ListJudge([MatchResult(0, 0, ok=False)] * 6))
   w = comp.overall
   assert w.failed == 6 and w.judged == 0
   assert math.isnan(w.rate) and math.isnan(w.low) and math.isnan(w.high)
@@ -84,27 +84,27 @@ def test_all_failed_gives_nan_and_counts():
 def test_t_interval_hand_worked():
   # 3 wins, 4 ties, 3 losses: mean .5, s^2 = 1.5 / 9, half = t(9) * sqrt(s^2 / 10).
   scores = [1.0] * 3 + [0.5] * 4 + [0.0] * 3
-  low, high = evaluate.interval(scores, [f"t{k}" for k in range(10)], method="t")
+  low, high = compare.interval(scores, [f"t{k}" for k in range(10)], method="t")
   half = T975[9] * math.sqrt(1.5 / 9 / 10)
   assert (low, high) == pytest.approx((0.5 - half, 0.5 + half), abs=1e-9)
   assert half == pytest.approx(0.292043, abs=1e-6)  # 2.262157 * sqrt(1 / 60)
-  assert evaluate.interval([1.0], ["a"], method="t") == (0.0, 1.0)  # one match: no information
-  assert evaluate.interval([None, 1.0, None], ["a", "b", "c"], method="t") == (0.0, 1.0)
+  assert compare.interval([1.0], ["a"], method="t") == (0.0, 1.0)  # one match: no information
+  assert compare.interval([None, 1.0, None], ["a", "b", "c"], method="t") == (0.0, 1.0)
 
 
 def test_bootstrap_interval_hand_worked():
   # Two tasks scoring 1 and 0: resampled rates are 0, .5, 1 with probability 1/4, 1/2, 1/4,
   # so the 2.5% and 97.5% quantiles are the extremes.
-  assert evaluate.interval([1.0, 0.0], ["a", "b"]) == (0.0, 1.0)
+  assert compare.interval([1.0, 0.0], ["a", "b"]) == (0.0, 1.0)
   # Every task the same outcome: every resample has that rate.
-  assert evaluate.interval([0.5] * 7, list("abcdefg")) == (0.5, 0.5)
-  assert evaluate.interval([1.0, 0.0], ["a", "a"]) == (0.0, 1.0)  # one task: no information
+  assert compare.interval([0.5] * 7, list("abcdefg")) == (0.5, 0.5)
+  assert compare.interval([1.0, 0.0], ["a", "a"]) == (0.0, 1.0)  # one task: no information
   # Task a: two wins; task b: a loss and a failure. A resample with i copies of a has rate
   # 2i / (2i + (2 - i)): 0, 2/3, 1; the failure is out of every denominator.
   policy = [traj("a"), traj("a"), traj("b"), traj("b")]
   judge = ListJudge([MatchResult(20, 0), MatchResult(15, 5), MatchResult(0, 20),
                      MatchResult(0, 0, ok=False)])
-  w = evaluate.win_rate(policy, [traj("a"), traj("b")], judge).overall
+  w = compare.win_rate(policy, [traj("a"), traj("b")], judge).overall
   assert w.rate == pytest.approx(2 / 3) and (w.low, w.high) == (0.0, 1.0)
   assert (w.judged, w.failed, w.tasks) == (3, 1, 2)
 
@@ -113,13 +113,13 @@ def test_bootstrap_is_seeded_and_agrees_with_t_on_many_tasks():
   rng = random.Random(3)
   scores = [rng.choice([0.0, 0.5, 1.0, 1.0]) for _ in range(300)]
   ids = [f"t{k}" for k in range(300)]
-  a = evaluate.interval(scores, ids, seed=1)
-  assert a == evaluate.interval(scores, ids, seed=1)
-  assert a != evaluate.interval(scores, ids, seed=2)
-  t = evaluate.interval(scores, ids, method="t")
+  a = compare.interval(scores, ids, seed=1)
+  assert a == compare.interval(scores, ids, seed=1)
+  assert a != compare.interval(scores, ids, seed=2)
+  t = compare.interval(scores, ids, method="t")
   assert a == pytest.approx(t, abs=0.02)  # one match per task: both estimate the same spread
   with pytest.raises(ValueError, match="interval method"):
-    evaluate.interval(scores, ids, method="wilson")
+    compare.interval(scores, ids, method="wilson")
 
 
 def test_score_matrix_judge_and_group_samples():
@@ -132,19 +132,19 @@ def test_score_matrix_judge_and_group_samples():
   table[:, 0, 1] = p_scores
   table[:, 1, 0] = [5, 8, 10, 16, 11, 2, 18, 10]
   judge = ScoreMatrixJudge(table)
-  comp = evaluate.win_rate(policy, refs, judge)
+  comp = compare.win_rate(policy, refs, judge)
   assert judge.batch_sizes == [8]
   w = comp.overall
   assert (w.wins, w.ties, w.losses) == (3, 2, 3) and w.rate == pytest.approx(4 / 8)
   assert [m.q for m in comp.matches] == [refs[b] for b in range(4) for _ in range(2)]
   # Another policy with the same G pairs sample g with sample g.
   other = [traj(f"t{b}", meta={"g": g}) for b in range(4) for g in range(2)]
-  comp = evaluate.win_rate(policy, other, ScoreMatrixJudge(table), name="sft")
+  comp = compare.win_rate(policy, other, ScoreMatrixJudge(table), name="sft")
   assert [m.q for m in comp.matches] == other
   with pytest.raises(ValueError, match="no trajectory for task 't3'"):
-    evaluate.win_rate(policy, refs[:3], judge)
+    compare.win_rate(policy, refs[:3], judge)
   with pytest.raises(ValueError, match="need 1 or the same number"):
-    evaluate.win_rate(policy[:1], other[:2], judge)
+    compare.win_rate(policy[:1], other[:2], judge)
 
 
 def _tool_steps(results):
@@ -163,11 +163,11 @@ def test_tool_results_are_stripped_only_when_the_reference_has_none():
   blank = traj("t1", steps=_tool_steps(["  "]))  # a result that is only whitespace
   full = traj("t2", steps=_tool_steps(["Lake View Hotel, 4.8"]))
   no_calls = traj("t3", answer="I know this one.")
-  assert evaluate.lacks_tool_results(imported) and evaluate.lacks_tool_results(blank)
-  assert not evaluate.lacks_tool_results(full) and not evaluate.lacks_tool_results(no_calls)
+  assert compare.lacks_tool_results(imported) and compare.lacks_tool_results(blank)
+  assert not compare.lacks_tool_results(full) and not compare.lacks_tool_results(no_calls)
   policy = [traj(f"t{k}", steps=_tool_steps(["Lake View Hotel, 4.8"])) for k in range(4)]
   judge = ListJudge([MatchResult(10, 10)] * 4)
-  comp = evaluate.win_rate(policy, [imported, blank, full, no_calls], judge)
+  comp = compare.win_rate(policy, [imported, blank, full, no_calls], judge)
   assert comp.stripped == (True, True, False, False)
   seen = judge.calls[0]
   assert seen[0].p.steps[0].tool_results == () and seen[0].p.steps[0].tool_calls
@@ -178,12 +178,12 @@ def test_tool_results_are_stripped_only_when_the_reference_has_none():
   assert "Tool result 1: (no result)" in render.render_path(seen[0].p, limits)
   assert "Tool result 1: (no result)" in render.render_path(imported, limits)
   as_task = lambda t, k: dataclasses.replace(t, metadata={"task_id": f"t{k}"})
-  assert evaluate.win_rate(policy, [imported, *(as_task(blank, k) for k in (1, 2, 3))],
-                           ListJudge([MatchResult(10, 10)] * 4),
-                           strip="never").stripped == (False,) * 4
-  assert evaluate.win_rate(policy, [as_task(full, k) for k in range(4)],
-                           ListJudge([MatchResult(10, 10)] * 4),
-                           strip="always").stripped == (True,) * 4
+  assert compare.win_rate(policy, [imported, *(as_task(blank, k) for k in (1, 2, 3))],
+                          ListJudge([MatchResult(10, 10)] * 4),
+                          strip="never").stripped == (False,) * 4
+  assert compare.win_rate(policy, [as_task(full, k) for k in range(4)],
+                          ListJudge([MatchResult(10, 10)] * 4),
+                          strip="always").stripped == (True,) * 4
 
 
 def test_generation_stats_hand_worked():
@@ -212,26 +212,26 @@ def test_generation_stats_hand_worked():
 
 def test_settings_and_config_keys():
   c = config_tree.make_base_config()
-  s = evaluate.EvalSettings.from_config(c.eval)
-  assert s == evaluate.EvalSettings()
+  s = compare.EvalSettings.from_config(c.eval)
+  assert s == compare.EvalSettings()
   with pytest.raises(ValueError, match="unknown key.*tasks_per_subtaks"):
-    evaluate.EvalSettings.from_config({"tasks_per_subtaks": 3})
+    compare.EvalSettings.from_config({"tasks_per_subtaks": 3})
   with pytest.raises(ValueError, match="eval.interval"):
-    evaluate.EvalSettings(interval="wilson")
+    compare.EvalSettings(interval="wilson")
   with pytest.raises(ValueError, match="eval.split"):
-    evaluate.EvalSettings(split="train")
-  every = evaluate.EvalSettings(every_steps=4)
+    compare.EvalSettings(split="train")
+  every = compare.EvalSettings(every_steps=4)
   assert [k for k in range(11) if every.is_due(k, 10)] == [0, 4, 8, 10]
   assert [k for k in range(11) if s.is_due(k, 10)] == [0, 10]
   base_sampling = SamplingSettings(temperature=0.8)
   assert s.sampling(base_sampling).temperature == 0.0
-  assert evaluate.EvalSettings(greedy=False).sampling(base_sampling).temperature == 0.8
+  assert compare.EvalSettings(greedy=False).sampling(base_sampling).temperature == 0.8
 
 
 @pytest.fixture(scope="module")
 def travel():
   env = base.make_environment("travel", seed=0, train_per_subtask=2, test_per_subtask=6)
-  return env, evaluate.eval_tasks(env, evaluate.EvalSettings(tasks_per_subtask=4))
+  return env, compare.eval_tasks(env, compare.EvalSettings(tasks_per_subtask=4))
 
 
 def expert_trajectories(env, tasks, error_rate, seed=5):
@@ -243,26 +243,26 @@ def expert_trajectories(env, tasks, error_rate, seed=5):
 def test_reference_trajectories_match_the_test_split(travel):
   env, tasks = travel
   assert len(tasks) == 4 * len(env.subtasks)
-  refs = evaluate.reference_trajectories(env, tasks)
+  refs = compare.reference_trajectories(env, tasks)
   split = records.test_split(env.subtasks[0])
   examples = [records.Example.from_record(r) for r in env_examples.split_records(
       env, split, seed=env.seed, error_rate=env.reference_error_rate)][:4]
-  from_data = evaluate.reference_trajectories(None, examples)
+  from_data = compare.reference_trajectories(None, examples)
   for a, b in zip(refs[:4], from_data):
     assert a.steps == b.steps and a.metadata == b.metadata and a.query == b.query
   assert refs[0].metadata["task_id"] == tasks[0].id and refs[0].steps[0].tool_results
   with pytest.raises(ValueError, match="no reference and no environment"):
-    evaluate.reference_trajectories(None, tasks[:1])
+    compare.reference_trajectories(None, tasks[:1])
 
 
 def test_travel_expert_against_references_with_the_rubric_judge(travel, tmp_path):
   env, tasks = travel
   judge = make_judge({"backend": "rubric", "rubric": env.rubric}, checker=env.checker)
-  settings = evaluate.EvalSettings(bootstrap_samples=500)
+  settings = compare.EvalSettings(bootstrap_samples=500)
   flawless = expert_trajectories(env, tasks, 0.0)
-  refs = evaluate.reference_trajectories(env, tasks)  # error rate 0.3
-  report = evaluate.evaluate(flawless, refs, judge, settings=settings, step=0,
-                             valid=env.valid)
+  refs = compare.reference_trajectories(env, tasks)  # error rate 0.3
+  report = compare.evaluate(flawless, refs, judge, settings=settings, step=0,
+                            valid=env.valid)
   w = report.comparisons["reference"].overall
   assert w.rate >= 0.5 and w.losses == 0 and w.wins > 0 and w.failed == 0, w
   assert w.low <= w.rate <= w.high
@@ -271,9 +271,9 @@ def test_travel_expert_against_references_with_the_rubric_judge(travel, tmp_path
   assert set(report.comparisons["reference"].by_subtask) == set(env.subtasks)
   # The expert at error rate 1 loses to flawless references, and to the flawless expert.
   sloppy = expert_trajectories(env, tasks, 1.0)
-  clean_refs = evaluate.reference_trajectories(env, tasks, error_rate=0.0)
-  bad = evaluate.evaluate(sloppy, clean_refs, judge, settings=settings, step=5,
-                          second=flawless, valid=env.valid)
+  clean_refs = compare.reference_trajectories(env, tasks, error_rate=0.0)
+  bad = compare.evaluate(sloppy, clean_refs, judge, settings=settings, step=5,
+                         second=flawless, valid=env.valid)
   for name in ("reference", "sft"):
     w = bad.comparisons[name].overall
     assert w.rate < 0.5 and w.high < 0.5 and w.wins == 0, (name, w)
@@ -282,10 +282,10 @@ def test_travel_expert_against_references_with_the_rubric_judge(travel, tmp_path
   assert "eval/search/ci_high_vs_reference" in scalars
   assert "overall" in bad.table()
   # The jsonl log: one file per evaluation, never overwritten.
-  first = evaluate.write_jsonl(report, tmp_path)
+  first = compare.write_jsonl(report, tmp_path)
   before = open(first, encoding="utf-8").read()
-  second = evaluate.write_jsonl(bad, tmp_path)
-  again = evaluate.write_jsonl(report, tmp_path)  # the same step again: a new name
+  second = compare.write_jsonl(bad, tmp_path)
+  again = compare.write_jsonl(report, tmp_path)  # the same step again: a new name
   assert sorted(os.listdir(tmp_path)) == ["eval_00000000.jsonl", "eval_00000000_1.jsonl",
                                           "eval_00000005.jsonl"]
   assert open(first, encoding="utf-8").read() == before

@@ -38,6 +38,7 @@ LAYERS = [
     ("models",),
     ("text",),
     ("tournament",),
+    ("run_config",),
     ("config_tree",),
     BASE,
 ]

@@ -8,9 +8,9 @@ import numpy as np
 import pytest
 
 from arenarl_jax import tournament
+from arenarl_jax.rl import rollout_log
 from arenarl_jax.rl import stats as rl_stats
 from arenarl_jax.rollout import stats as rollout_stats
-from arenarl_jax.rollout import log as rollout_log
 from arenarl_jax.judges import stats as judge_stats_lib
 from arenarl_jax.judges.synthetic import ScoreMatrixJudge
 from arenarl_jax.tournament import diagnostics
@@ -231,3 +231,23 @@ def test_tie_shares_by_hand():
   out = rl_stats.step_stats([[traj(1, "a"), traj(1, "b")], [traj(1, "c"), traj(1, "d")]],
                             np.zeros((2, 2)), np.array([[0.5, 0.5], [1.0, 0.0]]))
   assert (out["reward/all_tied_groups"], out["reward/any_tied_groups"]) == (0.5, 0.5)
+
+
+def test_verifier_stats_keep_greedy_anchors_apart_from_samples():
+  from arenarl_jax.envs.base import Verification
+  from arenarl_jax.rl import experience
+
+  class Env:
+    def verify(self, t):
+      met, content = t.metadata["v"]
+      return Verification(met=met, total=4, unmet=tuple(f"fact:{k}" for k in range(4 - met)),
+                          content_met=content, content_total=2)
+
+  rows = [Trajectory(query="q", metadata={"greedy": g, "v": v})
+          for g, v in ((True, (4, 2)), (False, (2, 0)), (False, (3, 1)), (True, (0, 0)))]
+  got = experience.verifier_stats(Env(), rows)
+  assert got["verifier/met_rate"] == pytest.approx(9 / 16)
+  assert got["verifier/met_rate_greedy"] == pytest.approx(0.5)
+  assert got["verifier/met_rate_sampled"] == pytest.approx(5 / 8)
+  assert got["verifier/content_met_rate_greedy"] == pytest.approx(0.5)
+  assert got["verifier/content_met_rate_sampled"] == pytest.approx(0.25)

@@ -57,10 +57,10 @@ def test_sections_are_generated_from_the_registries():
 
 
 def test_a_registered_judge_backend_gets_its_section(monkeypatch):
-  from arenarl_jax import judges  # pylint: disable=import-outside-toplevel
+  from arenarl_jax.judges import registry  # pylint: disable=import-outside-toplevel
   monkeypatch.setattr(judge_settings, "SECTIONS", dict(judge_settings.SECTIONS))
-  monkeypatch.setattr(judges, "BACKENDS", dict(judges.BACKENDS))
-  judges.register_backend("example", lambda cfg: cfg, settings=_Example)
+  monkeypatch.setattr(registry, "BACKENDS", dict(registry.BACKENDS))
+  registry.register_backend("example", lambda cfg: cfg, settings=_Example)
   assert config_tree.make_base_config().judge.example.to_dict() == {"size": 3, "name": "a"}
 
 

@@ -14,7 +14,7 @@ import pytest
 import fake_run
 import xla_flags
 from arenarl_jax import metrics as metrics_lib
-from arenarl_jax.rl import loop as train
+from arenarl_jax.rl import loop
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -25,8 +25,8 @@ def _params(state):
 
 
 def _run_in_process(workdir, **kill):
-  state = train.run(fake_run.make_config(), str(workdir), fake_run.make_rollout(**kill),
-                    model=fake_run.make_model())
+  state = loop.run(fake_run.make_config(), str(workdir), fake_run.make_rollout(**kill),
+                   model=fake_run.make_model())
   return state
 
 

@@ -11,22 +11,17 @@ key can be overridden, e.g. ``--config.env.seed=3`` or
 """
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import sys
-from typing import Any, TextIO
+from typing import Any, Sequence, TextIO
 
-from absl import app, flags
 import ml_collections
-from ml_collections import config_flags
 
+from arenarl_jax import run_config
 from arenarl_jax.data import builder, records
 
-_CONFIG = config_flags.DEFINE_config_file("config", None, "Config file (configs/*.py[:arg]).",
-                                          lock_config=True)
-_OVERWRITE = flags.DEFINE_bool("overwrite", False, "build: rebuild even if the dataset exists.")
-_SPLIT = flags.DEFINE_string("split", "train", "show: the split to print.")
-_COUNT = flags.DEFINE_integer("count", 3, "show: how many records to print (from the first).")
 COMMANDS = ("build", "show")
 
 
@@ -63,16 +58,27 @@ def show(config: ml_collections.ConfigDict, split: str, count: int, *,
   return shown
 
 
-def main(argv: list[str]) -> None:
-  if len(argv) != 2 or argv[1] not in COMMANDS:
-    raise app.UsageError(f"usage: python -m arenarl_jax.data.cli {'|'.join(COMMANDS)} "
-                         f"--config=configs/<file>.py [flags]")
-  if argv[1] == "build":
-    build(_CONFIG.value, overwrite=_OVERWRITE.value)
+def main(argv: Sequence[str] | None = None) -> None:
+  parser = argparse.ArgumentParser(prog="python -m arenarl_jax.data.cli", allow_abbrev=False,
+                                   description=__doc__.split("\n", 1)[0])
+  parser.add_argument("command", choices=COMMANDS)
+  parser.add_argument("--config", required=True,
+                      help="config file (configs/*.py[:arg]); --config.<key>=<value> sets a key")
+  parser.add_argument("--overwrite", action="store_true",
+                      help="build: rebuild even if the dataset exists")
+  parser.add_argument("--split", default="train", help="show: the split to print")
+  parser.add_argument("--count", type=int, default=3,
+                      help="show: how many records to print (from the first)")
+  args, overrides = parser.parse_known_args(argv)
+  try:
+    config = run_config.load(args.config, overrides)
+  except (FileNotFoundError, ValueError) as e:
+    parser.error(str(e))
+  if args.command == "build":
+    build(config, overwrite=args.overwrite)
   else:
-    show(_CONFIG.value, _SPLIT.value, _COUNT.value)
+    show(config, args.split, args.count)
 
 
 if __name__ == "__main__":
-  flags.mark_flags_as_required(["config"])
-  app.run(main)
+  main()

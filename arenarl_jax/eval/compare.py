@@ -52,11 +52,11 @@ import numpy as np
 from scipy import stats as scipy_stats
 
 from arenarl_jax.eval import bootstrap
-from arenarl_jax.eval import report as eval_report
+from arenarl_jax.eval import report
 from arenarl_jax.eval import success as success_lib
 from arenarl_jax.text import messages as messages_lib
 from arenarl_jax import types
-from arenarl_jax.eval import tally as win_rate_lib
+from arenarl_jax.eval import tally
 from arenarl_jax.eval.tally import WinRate
 from arenarl_jax.data import records
 from arenarl_jax.rollout import stats as rollout_stats
@@ -102,7 +102,7 @@ def interval(scores: Sequence[float | None], task_ids: Sequence[str], *, method:
 def _rate(scores: Sequence[float | None], task_ids: Sequence[str], method: str, samples: int,
           seed: int) -> WinRate:
   low, high = interval(scores, task_ids, method=method, samples=samples, seed=seed)
-  return dataclasses.replace(win_rate_lib.count(scores), tasks=len(set(task_ids)), low=low,
+  return dataclasses.replace(tally.count(scores), tasks=len(set(task_ids)), low=low,
                              high=high, method=method)
 
 
@@ -173,7 +173,7 @@ def win_rate(policy: Sequence[types.Trajectory], opponent: Sequence[types.Trajec
   results = list(judge.judge(matches)) if matches else []
   if len(results) != len(matches):
     raise ValueError(f"judge {judge!r} returned {len(results)} results for {len(matches)} matches")
-  scores = [win_rate_lib.outcome(r) for r in results]
+  scores = [tally.outcome(r) for r in results]
   task_ids = [task_id_of(p, f"policy[{k}]") for k, p in enumerate(policy)]
   subtasks = [types.subtask_of(p) for p in policy]
   by_subtask = {}
@@ -288,7 +288,7 @@ def evaluate(trajectories: Sequence[types.Trajectory] | Sequence[Sequence[types.
       for name, opp in opponents.items()}
   flags = tuple(is_valid(t, valid) for t in policy)
   subtasks = [types.subtask_of(t) for t in policy]
-  generation = {eval_report.OVERALL: rollout_stats.generation_stats(policy, flags)}
+  generation = {report.OVERALL: rollout_stats.generation_stats(policy, flags)}
   for s in sorted(set(subtasks)):
     keep = [k for k, x in enumerate(subtasks) if x == s]
     generation[s] = rollout_stats.generation_stats([policy[k] for k in keep],
@@ -298,10 +298,10 @@ def evaluate(trajectories: Sequence[types.Trajectory] | Sequence[Sequence[types.
     verdicts = success_lib.verdicts_of(policy, verify)
     start_verdicts = None if start is None else success_lib.verdicts_of(start, verify)
     start_subtasks = None if start is None else [types.subtask_of(t) for t in start]
-    for where in [*sorted(set(subtasks)), eval_report.OVERALL]:
-      keep = [k for k, x in enumerate(subtasks) if where in (x, eval_report.OVERALL)]
+    for where in [*sorted(set(subtasks)), report.OVERALL]:
+      keep = [k for k, x in enumerate(subtasks) if where in (x, report.OVERALL)]
       keep0 = None if start is None else [k for k, x in enumerate(start_subtasks)
-                                          if where in (x, eval_report.OVERALL)]
+                                          if where in (x, report.OVERALL)]
       by_where[where] = success_lib.success(
           [policy[k] for k in keep], [verdicts[k] for k in keep],
           start=None if start is None else [start[k] for k in keep0],

@@ -28,8 +28,8 @@ from typing import Any, Callable, Sequence
 import jax
 import ml_collections
 
-from arenarl_jax.eval import compare as evaluate_lib
-from arenarl_jax.eval import report as eval_report
+from arenarl_jax.eval import compare
+from arenarl_jax.eval import report as report_lib
 from arenarl_jax import types
 from arenarl_jax.envs import compact_schemas
 from arenarl_jax.judges import rubric_judge
@@ -56,11 +56,11 @@ class Evaluator:
 
   def __init__(self, config: ml_collections.ConfigDict, env: Any, policy: Any, workdir: str):
     self.config, self.env, self.workdir = config, env, workdir
-    self.settings = evaluate_lib.EvalSettings.from_config(config.eval)
-    self.tasks = evaluate_lib.eval_tasks(env, self.settings)
+    self.settings = compare.EvalSettings.from_config(config.eval)
+    self.tasks = compare.eval_tasks(env, self.settings)
     if not self.tasks:
       raise ValueError(f"eval: environment {env.name!r} has no {self.settings.split} tasks")
-    self.references = evaluate_lib.reference_trajectories(env, self.tasks)
+    self.references = compare.reference_trajectories(env, self.tasks)
     self.judge = checker_judge(env, self.settings.seed)
     self.sampler = make_sampler(config, policy.model)
     self.rollout = Rollout(self.sampler, policy.tokenizer, RolloutSettings.from_config(config),
@@ -74,38 +74,38 @@ class Evaluator:
     set_policy(self.sampler, params)
     batch = self.rollout.run(self.tasks, self.source, group_size=self.settings.group_size,
                              key=jax.random.key(self.settings.seed), valid=self.env.valid)
-    return evaluate_lib.flatten(batch.trajectories)
+    return compare.flatten(batch.trajectories)
 
   def evaluate(self, params, step: int, *, second: Sequence[types.Trajectory] | None = None,
                trajectories: Sequence[types.Trajectory] | None = None,
-               write: bool = True) -> evaluate_lib.EvalReport:
+               write: bool = True) -> compare.EvalReport:
     """One evaluation at RL step ``step``: vs the references and, when given, vs ``second``."""
     t0 = time.perf_counter()
     policy_rows = list(trajectories) if trajectories is not None else self.rollouts(params)
     t1 = time.perf_counter()
-    report = evaluate_lib.evaluate(policy_rows, self.references, self.judge,
-                                   settings=self.settings, step=step, second=second,
-                                   verify=getattr(self.env, "verify", None),
-                                   places=self.places)
+    report = compare.evaluate(policy_rows, self.references, self.judge,
+                              settings=self.settings, step=step, second=second,
+                              verify=getattr(self.env, "verify", None),
+                              places=self.places)
     if write and jax.process_index() == 0:
       os.makedirs(self.dir, exist_ok=True)
-      evaluate_lib.write_jsonl(report, self.dir)
+      compare.write_jsonl(report, self.dir)
       with open(os.path.join(self.dir, "summary.jsonl"), "a", encoding="utf-8") as f:
         f.write(json.dumps({**report.to_dict(), "rollout_s": t1 - t0,
                             "judge_s": time.perf_counter() - t1}) + "\n")
     return report
 
 
-def opponent_valid_rate(report: evaluate_lib.EvalReport, opponent: str = "sft") -> float | None:
+def opponent_valid_rate(report: compare.EvalReport, opponent: str = "sft") -> float | None:
   """The valid-generation rate of ``opponent``'s trajectories in the report's matches (the
   starting policy's, for ``"sft"``); None when the report has no such opponent."""
   comp = report.comparisons.get(opponent)
   if comp is None or not comp.matches:
     return None
-  return float(sum(evaluate_lib.is_valid(m.q) for m in comp.matches) / len(comp.matches))
+  return float(sum(compare.is_valid(m.q) for m in comp.matches) / len(comp.matches))
 
 
-def result_line(report: evaluate_lib.EvalReport, opponent: str = "sft") -> str:
+def result_line(report: compare.EvalReport, opponent: str = "sft") -> str:
   """``RESULT win_rate_vs_sft=... ci_low=... ci_high=... win_rate_vs_reference=... valid_rate=...
   valid_rate_start=... test_tasks=...`` then the strict verifier's ``solved_rate
   solved_rate_start solved_diff solved_diff_ci_low solved_diff_ci_high`` and the same five for
@@ -114,7 +114,7 @@ def result_line(report: evaluate_lib.EvalReport, opponent: str = "sft") -> str:
   ``first_call_place_rate first_call_place_rate_start``. Keys about the start appear when it is
   the second opponent; the verifier's when the environment has one; content and place keys
   where the environment names them."""
-  ref = report.comparisons[evaluate_lib.REFERENCE].overall
+  ref = report.comparisons[compare.REFERENCE].overall
   second = report.comparisons.get(opponent)
   parts = []
   if second is not None:
@@ -127,11 +127,11 @@ def result_line(report: evaluate_lib.EvalReport, opponent: str = "sft") -> str:
   if start is not None:
     parts.append(f"valid_rate_start={start:.4f}")
   parts.append(f"test_tasks={len(set(t.metadata['task_id'] for t in report.trajectories))}")
-  s = report.success.get(eval_report.OVERALL)
+  s = report.success.get(report_lib.OVERALL)
   if s is not None:
     for name in ("solved", "met"):
       parts += _rate_keys(s, name)
-  parts.append(f"limit_stop_rate={eval_report.limit_stops(report.generation['overall']):.4f}")
+  parts.append(f"limit_stop_rate={report_lib.limit_stops(report.generation['overall']):.4f}")
   if second is not None:
     w = second.overall
     parts += [f"wins_vs_{opponent}={w.wins}", f"ties_vs_{opponent}={w.ties}",

@@ -197,7 +197,7 @@ def open_judge(spec: JudgeSpec, env):
                              "seed": int(o.get("seed", 0))}, checker=env.checker)
     return
   if spec.kind == "flax":
-    from arenarl_jax.judges import flax_judge  # pylint: disable=g-import-not-at-top
+    from arenarl_jax.judges.flax import make_flax_judge  # pylint: disable=g-import-not-at-top
     cfg = {**base_cfg, "compact": bool(o.get("compact", True)), "flax": dict(o.get("flax", {}))}
     model = tokenizer = None
     if o.get("model", "smollm2") == "tiny":  # a random 2-layer model: the mechanics, not a judge
@@ -206,7 +206,7 @@ def open_judge(spec: JudgeSpec, env):
       from arenarl_jax.text.tokenizer import Tokenizer  # pylint: disable=g-import-not-at-top
       model = make_model(model_config.PRESETS["tiny"], seed=int(o.get("seed", 0)))
       tokenizer = Tokenizer.from_gguf(find_smollm2_gguf())
-    yield flax_judge.make_flax_judge(cfg, model=model, tokenizer=tokenizer)
+    yield make_flax_judge(cfg, model=model, tokenizer=tokenizer)
     return
   kw = dict(n_ctx=int(o.get("n_ctx", 8192)), n_threads=int(o.get("n_threads", 2)))
   server = (local_server.NativeLlamaServer(local_server.find_native_server(), find_smollm2_gguf(),

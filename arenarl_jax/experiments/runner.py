@@ -28,6 +28,7 @@ import sys
 import time
 from typing import Callable
 
+from arenarl_jax import run_config
 from arenarl_jax.experiments import provenance, record
 from arenarl_jax.experiments import study as study_lib
 from arenarl_jax.experiments.study import Run
@@ -42,10 +43,10 @@ def result_path(out: pathlib.Path, run: Run) -> pathlib.Path:
   return out / "results" / f"{run.name}.json"
 
 
-def command(run_config: str, workdir: pathlib.Path, overrides: dict, mode: str,
+def command(config: str, workdir: pathlib.Path, overrides: dict, mode: str,
             seed: int | None = None) -> list[str]:
   """The ``main`` command line of a stage."""
-  cmd = [sys.executable, "-m", "arenarl_jax.main", f"--config={study_lib.config_path(run_config)}",
+  cmd = [sys.executable, "-m", "arenarl_jax.main", f"--config={study_lib.config_path(config)}",
          f"--workdir={workdir}", f"--mode={mode}"]
   if seed is not None:
     cmd.append(study_lib.flag("seed", seed))
@@ -121,7 +122,7 @@ def seed_workdir(sft_dir: pathlib.Path, workdir: pathlib.Path) -> bool:
 
 def ran_config_hash(workdir: pathlib.Path, drop: tuple[str, ...] = ()) -> str:
   """``study.digest`` of the config ``main`` wrote to ``<workdir>/config.json``."""
-  tree = json.loads((workdir / "config.json").read_text())
+  tree = run_config.read_tree(str(workdir))
   return study_lib.tree_digest(study_lib.without(tree, drop))
 
 

@@ -25,18 +25,19 @@ import concurrent.futures
 import os
 import random
 import time
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
 import httpx
 import numpy as np
 
 from arenarl_jax.judges import cache as cache_lib
-from arenarl_jax.judges import render
+from arenarl_jax.judges import registry, render
 from arenarl_jax.judges import rubric as rubric_lib
 from arenarl_jax.judges.settings import (  # noqa: F401 (re-exported: the backend's names)
     RESPONSE_FORMATS, HttpJudgeConfig, JudgeConfigError)
 from arenarl_jax.judges import stats
 from arenarl_jax.judges import verdict as verdict_lib
+from arenarl_jax.settings import settings_from_config
 from arenarl_jax.types import Match, MatchResult, Stateless, Trajectory
 
 # The next weaker format after a server rejected one.
@@ -379,6 +380,14 @@ class HttpJudge(Stateless):
     c = self.config
     delay = min(c.backoff_max_s, c.backoff_s * 2 ** retry) * self._rng.uniform(0.5, 1.0)
     return max(delay, min(retry_after, c.backoff_max_s))
+
+
+def make_http_judge(cfg: Mapping[str, Any]) -> HttpJudge:
+  """``backend="http"``: an OpenAI-compatible endpoint."""
+  return HttpJudge(
+      settings_from_config(HttpJudgeConfig, cfg.get("http"), "judge.http"),
+      rubric=registry.rubric_name(cfg), compact=bool(cfg.get("compact", False)),
+      limits=settings_from_config(render.RenderLimits, cfg.get("render"), "judge.render"))
 
 
 def _retry_after(resp: httpx.Response) -> float:

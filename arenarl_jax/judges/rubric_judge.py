@@ -21,10 +21,12 @@ from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
 
+from arenarl_jax.judges import registry
 from arenarl_jax.judges import rubric as rubric_lib
 from arenarl_jax.judges.settings import NoiseModel  # noqa: F401 (re-exported)
 from arenarl_jax.judges import stats
 from arenarl_jax.judges import verdict as verdict_lib
+from arenarl_jax.settings import settings_from_config
 from arenarl_jax.types import Match, MatchResult, Trajectory
 
 Checker = Callable[[Trajectory], Mapping[str, Mapping[str, float]]]
@@ -116,6 +118,16 @@ class RubricJudge:
       x = np.floor(x + 0.5)  # half-up, like rubric.round_half_up
     x = np.clip(x, rubric_lib.MIN_SCORE, rubric_lib.MAX_SCORE)
     return verdict_lib.score_agent(self.rubric, x[:len(path)].tolist(), x[len(path):].tolist())
+
+
+def make_rubric_judge(cfg: Mapping[str, Any], checker: Checker | None = None) -> RubricJudge:
+  """``backend="rubric"``: a programmatic judge; ``checker`` comes from the environment."""
+  if checker is None:
+    raise ValueError("judge.backend='rubric' needs make_judge(config, checker=...): a callable "
+                     "trajectory -> {'path': {dim: 0-10}, 'answer': {dim: 0-10}}")
+  noise = settings_from_config(NoiseModel, cfg.get("noise"), "judge.noise")
+  return RubricJudge(checker, rubric=registry.rubric_name(cfg), noise=noise,
+                     seed=int(cfg.get("seed", 0)))
 
 
 class _TruthCache:

@@ -7,7 +7,7 @@
 the backend builds its settings back with ``settings.settings_from_config``; a backend added
 with ``register_section`` before the config is made gets its section the same way. Standard
 library only (no jax, httpx or numpy), so loading a config imports no backend. The backends
-(``http.py``, ``flax_judge.py``, ``render.py``, ``rubric_judge.py``) re-export their classes.
+(``http.py``, ``flax/judge.py``, ``render.py``, ``rubric_judge.py``) re-export their classes.
 
 ``judge.rubric`` ("" by default) is the environment's rubric unless set: ``resolve_rubric`` is the
 one place that decides, so the judge and the environment cannot score on different rubrics.
@@ -101,13 +101,13 @@ class FlaxJudgeConfig:
   block_tokens: int = 128
   # Logit mode: rows of one call that begin with at least this many equal tokens (in a
   # tournament, the matches that show the same trajectory first) run that part once
-  # (judges/flax_sharing.py) when that runs fewer padded tokens; 0 = never.
+  # (judges/flax/sharing.py) when that runs fewer padded tokens; 0 = never.
   min_shared_tokens: int = 64
   # generative without constraints: verdict bound (full travel verdict ~180 SmolLM2 tokens); the
   # constrained verdict has a fixed length (~120-134 tokens for travel).
   max_new_tokens: int = 384
   temperature: float = 0.0  # generative: 0 = greedy
-  # generative: decode under the compact verdict's grammar (flax_constrained), so every reply
+  # generative: decode under the compact verdict's grammar (flax/grammar.py), so every reply
   # parses; False decodes freely (the verdict shape then follows judge.compact).
   constrained: bool = True
   seed: int = 0  # generative sampling with temperature > 0

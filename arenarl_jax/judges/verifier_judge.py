@@ -15,8 +15,9 @@ from __future__ import annotations
 
 from typing import Any, Callable, Mapping
 
-from arenarl_jax import judges, types
+from arenarl_jax import types
 from arenarl_jax.envs import base
+from arenarl_jax.judges import registry, rubric_judge
 from arenarl_jax.judges import rubric as rubric_lib
 
 
@@ -43,4 +44,5 @@ def make_verifier_judge(cfg: Mapping[str, Any],
   if verify is None:
     raise ValueError("judge.backend='verifier' needs make_judge(config, verify=env.verify): the "
                      "environment's strict verifier")
-  return judges.make_rubric_judge(cfg, checker=verifier_checker(verify, judges.rubric_name(cfg)))
+  return rubric_judge.make_rubric_judge(
+      cfg, checker=verifier_checker(verify, registry.rubric_name(cfg)))

@@ -18,7 +18,7 @@ noise-free checker's mean score (the learning signal without the judge's noise, 
 judge is given), the strict verifier's solved and met rates (``verifier/*``: a monitor beside the
 reward, never part of it) and the time of each phase.
 With a ``workdir`` and a ``log_due(step)`` predicate, the steps it names also write
-``<workdir>/rollouts/step_<k>.jsonl`` (``rollout/log.py``): every group with its trajectories,
+``<workdir>/rollouts/step_<k>.jsonl`` (``rollout_log.py``): every group with its trajectories,
 standing, advantages and match log; files are never overwritten.
 Its ``state_dict`` holds the judge's (the rubric judge's noise depends on its call count), so a
 resumed run draws the same judge noise.
@@ -36,8 +36,8 @@ import numpy as np
 from arenarl_jax.data import records
 from arenarl_jax.envs import base, compact_schemas
 from arenarl_jax.rl import advantages as adv_lib
+from arenarl_jax.rl import rollout_log
 from arenarl_jax.rl import stats as rl_stats
-from arenarl_jax.rollout import log as rollout_log
 from arenarl_jax.rollout import stats as rollout_stats
 from arenarl_jax.rollout.agent_loop import Rollout, RolloutSettings
 from arenarl_jax.sampling import policy_sampler
@@ -144,8 +144,20 @@ def verifier_stats(env: Any, trajectories: Sequence[Any]) -> dict[str, float]:
   if verify is None or not trajectories:
     return {}
   verdicts = [verify(t) for t in trajectories]
-  return {"verifier/solved_rate": float(np.mean([v.solved for v in verdicts])),
-          "verifier/met_rate": float(np.mean([v.met_rate for v in verdicts]))}
+  out = {"verifier/solved_rate": float(np.mean([v.solved for v in verdicts])),
+         "verifier/met_rate": float(np.mean([v.met_rate for v in verdicts]))}
+  # The greedy anchors apart from the samples: RL can only move the greedy policy by what the
+  # samples find beyond it, and the evaluation is greedy.
+  greedy = np.array([bool(t.metadata.get("greedy")) for t in trajectories])
+  content = all(v.content_total for v in verdicts)
+  for name, keep in (("greedy", greedy), ("sampled", ~greedy)):
+    if keep.any():
+      chosen = [v for v, k in zip(verdicts, keep) if k]
+      out[f"verifier/met_rate_{name}"] = float(np.mean([v.met_rate for v in chosen]))
+      if content:
+        out[f"verifier/content_met_rate_{name}"] = float(
+            np.mean([v.content_met_rate for v in chosen]))
+  return out
 
 
 def judged_mask(judged: adv_lib.Judged) -> np.ndarray:

@@ -43,7 +43,7 @@ from typing import Any, Mapping, Sequence
 
 import numpy as np
 
-from arenarl_jax import types
+from arenarl_jax import run_config, types
 from arenarl_jax.eval import bootstrap
 from arenarl_jax.tools import reward_alignment
 
@@ -133,28 +133,18 @@ def verify_groups(env: Any, rows: Sequence[Mapping[str, Any]]
 
 
 def load_config(workdir: str, spec: str):
-  """``--config``'s file (as ``main`` loads it), else the run's ``config.json`` over today's
-  defaults (as ``tools/reward_alignment.py`` reads it), else the defaults."""
-  import json  # pylint: disable=g-import-not-at-top
-  import os  # pylint: disable=g-import-not-at-top
+  """``--config``'s file (as ``main`` loads it), else the run's config (``run_config.read``:
+  its ``config.json`` over today's defaults), else the defaults."""
   from arenarl_jax import config_tree  # pylint: disable=g-import-not-at-top
   if spec:
-    return config_tree.load_config_file(spec)
-  config = config_tree.make_base_config()
-  if workdir:
-    path = os.path.join(workdir, "config.json")
-    if not os.path.isfile(path):
-      raise FileNotFoundError(f"{path}: not found (--workdir must be a run's workdir)")
-    with open(path, encoding="utf-8") as f:
-      saved = json.load(f)
-    config.update_from_flattened_dict(reward_alignment.flatten(saved))
-  return config
+    return run_config.load(spec)
+  return run_config.read(workdir) if workdir else config_tree.make_base_config()
 
 
 def set_key(config: Any, item: str) -> None:
   """Applies ``KEY=VALUE`` (``KEY`` a dotted config key of a scalar; the value cast to its type)."""
   key, sep, value = item.partition("=")
-  current = reward_alignment.flatten(config.to_dict())
+  current = run_config.flatten(config.to_dict())
   old = current.get(key)
   if not sep or not isinstance(old, (bool, int, float, str)):
     raise ValueError(f"--set {item!r}: expected KEY=VALUE with KEY a scalar config key")
@@ -177,17 +167,19 @@ def roll_out(config: Any, env: Any, workdir: str, split: str, k: int,
   from arenarl_jax import jsonl, pipeline  # pylint: disable=g-import-not-at-top
   from arenarl_jax.eval import run as eval_run  # pylint: disable=g-import-not-at-top
   from arenarl_jax.sft import policy as policy_lib  # pylint: disable=g-import-not-at-top
-  from arenarl_jax.sft import stage as sft  # pylint: disable=g-import-not-at-top
+  from arenarl_jax.sft import stage  # pylint: disable=g-import-not-at-top
+  from arenarl_jax.sft import start  # pylint: disable=g-import-not-at-top
   config.update_from_flattened_dict({"eval.split": split, "eval.group_size": k + 1,
                                      "eval.greedy": False,
                                      "eval.tasks_per_subtask": tasks_per_subtask})
   policy = policy_lib.make_policy(config, workdir, env)
-  if config.sft.steps > 0:
-    policy.model = pipeline.with_params(policy.model, sft.restore_params(config, workdir, policy))
+  if start.in_job(config):
+    policy.model = pipeline.with_params(policy.model, stage.restore_params(config, workdir, policy))
   params, step = pipeline.rl_params(config, workdir, policy.model)
   if params is None:
     params = nnx.to_pure_dict(nnx.state(policy.model))
-  name = f"RL step {step}" if step else ("SFT" if config.sft.steps > 0 else "initial")
+  name = f"RL step {step}" if step else ("SFT" if start.in_job(config) else
+                                              "pinned start" if start.loads(config) else "initial")
   trajectories = eval_run.Evaluator(config, env, policy, workdir).rollouts(params)
   f, path = jsonl.create_jsonl(os.path.join(workdir, "headroom"), f"eval_{split}_k{k}")
   with f:

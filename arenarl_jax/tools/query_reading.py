@@ -123,34 +123,28 @@ def validation_conversations(env: Any, per_subtask: int, seed: int
 
 def main(argv: Sequence[str] | None = None) -> dict[str, float]:
   import argparse  # pylint: disable=g-import-not-at-top
-  import json  # pylint: disable=g-import-not-at-top
-  import os  # pylint: disable=g-import-not-at-top
-  import ml_collections  # pylint: disable=g-import-not-at-top
   from flax import nnx  # pylint: disable=g-import-not-at-top
-  from arenarl_jax import pipeline as stages  # pylint: disable=g-import-not-at-top
+  from arenarl_jax import pipeline as pipeline_lib  # pylint: disable=g-import-not-at-top
+  from arenarl_jax import run_config  # pylint: disable=g-import-not-at-top
   from arenarl_jax.envs import base, compact_schemas  # pylint: disable=g-import-not-at-top
-  from arenarl_jax.sft import policy as policy_lib, stage  # pylint: disable=g-import-not-at-top
+  from arenarl_jax.sft import policy as policy_lib, stage, start  # pylint: disable=g-import-not-at-top
 
   parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
   parser.add_argument("--workdir", required=True, help="a run's workdir (with config.json)")
   parser.add_argument("--per_subtask", type=int, default=5)
   parser.add_argument("--checkpoint", choices=("sft", "rl"), default="sft")
   args = parser.parse_args(argv)
-  path = os.path.join(args.workdir, "config.json")
-  if not os.path.isfile(path):
-    raise FileNotFoundError(f"{path}: not found (--workdir must be a run's workdir)")
-  with open(path, encoding="utf-8") as f:
-    config = ml_collections.ConfigDict(json.load(f))
+  config = run_config.read(args.workdir)
   env = base.make_environment_from_config(config.env)
   policy = policy_lib.make_policy(config, args.workdir, env)
-  params = (stage.restore_params(config, args.workdir, policy) if config.sft.steps > 0 else
+  params = (stage.restore_params(config, args.workdir, policy) if start.in_job(config) else
             nnx.to_pure_dict(nnx.state(policy.model)))
   if args.checkpoint == "rl":
-    params, _ = stages.rl_params(config, args.workdir,
-                                    stages.with_params(policy.model, params))
+    params, _ = pipeline_lib.rl_params(config, args.workdir,
+                                       pipeline_lib.with_params(policy.model, params))
     if params is None:
       raise FileNotFoundError(f"{args.workdir}/checkpoints: no RL checkpoint (--checkpoint=rl)")
-  model = stages.with_params(policy.model, params)
+  model = pipeline_lib.with_params(policy.model, params)
   tools = compact_schemas.tool_source(env, config.env.schemas).tools()
   conversations = validation_conversations(env, args.per_subtask, int(config.seed))
   reading = measure(model_logprobs(model), policy.tokenizer, conversations, tools)

@@ -39,6 +39,7 @@ from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
 
+from arenarl_jax import run_config
 from arenarl_jax.eval import bootstrap
 from arenarl_jax.eval import run as eval_run
 from arenarl_jax.rl import stats
@@ -111,22 +112,11 @@ def training_rewards(config: Any, env: Any) -> Callable:
   return lambda grouped: source(grouped, judge, config, step=0).rewards_BG
 
 
-def flatten(tree: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
-  """A config tree -> ``{"a.b.c": value}``, as a run's ``config.json`` is read over the defaults."""
-  out = {}
-  for key, value in tree.items():
-    if isinstance(value, Mapping):
-      out.update(flatten(value, f"{prefix}{key}."))
-    else:
-      out[f"{prefix}{key}"] = value
-  return out
-
-
 def set_env_key(config: Any, item: str) -> None:
   """Applies ``KEY=VALUE`` to ``config.env`` (``KEY`` dotted below ``env``, the value cast to the
   key's type)."""
   key, sep, value = item.partition("=")
-  current = flatten(config.env.to_dict())
+  current = run_config.flatten(config.env.to_dict())
   if not sep or key not in current:
     raise ValueError(f"--set {item!r}: expected KEY=VALUE with env.KEY a config key")
   config.update_from_flattened_dict({f"env.{key}": type(current[key])(value)})
@@ -134,10 +124,9 @@ def set_env_key(config: Any, item: str) -> None:
 
 def main(argv: Sequence[str] | None = None) -> dict[str, float]:
   import argparse  # pylint: disable=g-import-not-at-top
-  import json  # pylint: disable=g-import-not-at-top
   import os  # pylint: disable=g-import-not-at-top
 
-  from arenarl_jax import config_tree, jsonl  # pylint: disable=g-import-not-at-top
+  from arenarl_jax import jsonl  # pylint: disable=g-import-not-at-top
   from arenarl_jax.envs import base  # pylint: disable=g-import-not-at-top
   parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
   parser.add_argument("--workdir", required=True, help="a run's workdir (with config.json)")
@@ -149,11 +138,7 @@ def main(argv: Sequence[str] | None = None) -> dict[str, float]:
                       help="score by one training step's rewards (the run's judge, noise "
                       "included, and its tournament) instead of the noise-free checker")
   args = parser.parse_args(argv)
-  with open(os.path.join(args.workdir, "config.json")) as f:
-    saved = json.load(f)
-  # The run's keys over today's defaults: a run saved before a key existed still scores.
-  config = config_tree.make_base_config()
-  config.update_from_flattened_dict(flatten(saved))
+  config = run_config.read(args.workdir)  # today's defaults under the run's keys
   for item in args.set:
     set_env_key(config, item)
   path = args.file or os.path.join(args.workdir, "eval", "eval_00000000.jsonl")

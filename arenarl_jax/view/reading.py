@@ -7,7 +7,7 @@ and the line):
     policy trajectory with the strict verifier's verdict (``solved``, ``met``, ``total``,
     ``unmet``) and one match per opponent (the reference, the starting policy), all in round 0.
     Each line becomes a group: the policy trajectory and its opponents, side by side.
-  ``<workdir>/rollouts/step_<k>.jsonl`` (``rollout/log.py``): one line per RL group with its
+  ``<workdir>/rollouts/step_<k>.jsonl`` (``rl/rollout_log.py``): one line per RL group with its
     trajectories, the tournament's standing (order, ranks, rewards, advantages, ranked) and its
     match log in play order, each match with the judged round it was played in. A log written
     before matches carried their round has ``round`` null: such matches are drawn in play order
@@ -22,13 +22,13 @@ import os
 import re
 from typing import Any, Mapping, Sequence
 
-from arenarl_jax import jsonl
+from arenarl_jax import jsonl, run_config
 from arenarl_jax.envs import settings as env_settings
 from arenarl_jax.judges import rubric as rubric_lib
 from arenarl_jax.tournament import topology
 
 EVAL_DIR = "eval"  # eval/run.py's EVAL_DIR (not imported: that module loads the sampler)
-ROLLOUTS_DIR = "rollouts"  # rollout/log.py's ROLLOUTS_DIR (that module imports jax)
+ROLLOUTS_DIR = "rollouts"  # rl/rollout_log.py's ROLLOUTS_DIR (that module imports jax)
 # eval_<step>[_<n>].jsonl and step_<step>[_p<process>][_<n>].jsonl; summary.jsonl is not a page.
 _EVAL_RE = re.compile(r"^eval_(\d+)(_\d+)?\.jsonl$")
 _STEP_RE = re.compile(r"^step_(\d+)(_p\d+)?(_\d+)?\.jsonl$")
@@ -220,7 +220,7 @@ def _index(values: Any, g: int) -> Any:
 
 
 def rollout_group(row: Mapping[str, Any], where: str) -> Group:
-  """A ``rollout/log.py`` group record as a group."""
+  """A ``rl/rollout_log.py`` group record as a group."""
   rows = _get(row, "trajectories", list, where)
   players = []
   for g, t in enumerate(rows):
@@ -326,10 +326,9 @@ def rubric_names(workdir: str, *, checker: bool = False) -> dict[str, Sequence[s
   with ``checker``, the environment's (the evaluation's checker judge); empty when it cannot be
   told (the pages then number the dimensions)."""
   try:
-    with open(os.path.join(workdir, "config.json"), encoding="utf-8") as f:
-      config = json.load(f)
-    spec = "" if checker else config["judge"]["rubric"]
-    rubric = rubric_lib.load_rubric(spec or env_settings.rubric_of(config["env"]["name"]))
-  except (OSError, ValueError, KeyError, TypeError):
+    config = run_config.read(workdir)
+    spec = "" if checker else config.judge.rubric
+    rubric = rubric_lib.load_rubric(spec or env_settings.rubric_of(config.env.name))
+  except (OSError, ValueError, KeyError, TypeError, AttributeError):
     return {}
   return {s: [d.name for d in rubric.dimensions(s)] for s in rubric_lib.SECTIONS}

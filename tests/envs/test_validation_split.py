@@ -5,7 +5,7 @@ import hashlib
 import pytest
 
 from arenarl_jax.envs import base
-from arenarl_jax.eval import compare as evaluate
+from arenarl_jax.eval import compare
 
 # SHA-256 (first 16 hex digits) of every test task's id, query and constraints, per environment,
 # as they were before the validation split was added: adding it must move no test task.
@@ -44,8 +44,8 @@ def test_validation_tasks_are_disjoint_from_train_and_test(env):
 
 
 def test_eval_split_picks_the_tasks(env):
-  settings = evaluate.EvalSettings(split="valid", tasks_per_subtask=2)
-  tasks = evaluate.eval_tasks(env, settings)
+  settings = compare.EvalSettings(split="valid", tasks_per_subtask=2)
+  tasks = compare.eval_tasks(env, settings)
   assert [t.id for t in tasks] == [t.id for s in env.subtasks for t in env.tasks(f"valid_{s}")[:2]]
-  default = evaluate.eval_tasks(env, evaluate.EvalSettings(tasks_per_subtask=1))
+  default = compare.eval_tasks(env, compare.EvalSettings(tasks_per_subtask=1))
   assert [t.id for t in default] == [env.tasks(f"test_{s}")[0].id for s in env.subtasks]

@@ -16,12 +16,12 @@ import numpy as np
 import pytest
 
 from arenarl_jax import tournament
-from arenarl_jax.judges import flax_generate
 from arenarl_jax.judges import http
 from arenarl_jax.judges import render
 from arenarl_jax.judges import rubric as rubric_lib
 from arenarl_jax.judges import stats
 from arenarl_jax.judges import verdict as verdict_lib
+from arenarl_jax.judges.flax import generation
 from arenarl_jax.types import MatchResult
 import judge_fakes
 
@@ -111,7 +111,7 @@ class LocalParserJudge:
       for a, b in ((m.p, m.q), (m.q, m.p)):
         prompt = render.render_pairwise(R, m.query, a, b, compact=True)
         reply = gullible_reply({"messages": list(prompt.messages)})
-        sides.append(flax_generate._parse(self, "pairwise", reply, "stop")[0])  # pylint: disable=protected-access
+        sides.append(generation._parse(self, "pairwise", reply, "stop")[0])  # pylint: disable=protected-access
       (fwd, bwd) = sides
       if fwd is None or bwd is None:
         out.append(MatchResult(0.0, 0.0, ok=False, error="unparseable", requests=2))

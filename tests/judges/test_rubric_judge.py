@@ -182,9 +182,10 @@ def test_state_dict_resumes_the_noise_and_offset_places_a_share():
                                   "RubricJudge"])
 def test_every_judge_follows_the_protocol(name):
   import inspect  # pylint: disable=g-import-not-at-top
-  from arenarl_jax.judges import flax_judge, http, synthetic  # pylint: disable=g-import-not-at-top
+  from arenarl_jax.judges import http, synthetic  # pylint: disable=g-import-not-at-top
+  from arenarl_jax.judges.flax import FlaxJudge  # pylint: disable=g-import-not-at-top
   cls = {"ScoreMatrixJudge": synthetic.ScoreMatrixJudge, "NoisyJudge": synthetic.NoisyJudge,
-         "HttpJudge": http.HttpJudge, "FlaxJudge": flax_judge.FlaxJudge,
+         "HttpJudge": http.HttpJudge, "FlaxJudge": FlaxJudge,
          "RubricJudge": rubric_judge.RubricJudge}[name]
   param = inspect.signature(cls.judge).parameters.get("offset")
   assert param is not None and param.kind is inspect.Parameter.KEYWORD_ONLY and param.default == 0

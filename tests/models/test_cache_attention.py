@@ -10,12 +10,12 @@ from jax.sharding import NamedSharding, PartitionSpec as P
 from arenarl_jax.models import config as config_lib
 from arenarl_jax.models.attention import attend
 from arenarl_jax.models.cpu import build
-from arenarl_jax.models.cpu import kernel as cache_attention
+from arenarl_jax.models.cpu import kernel
 from arenarl_jax.models.kv_cache import KVCache
 from arenarl_jax.models.transformer import make_model, set_attention
 from arenarl_jax.sharding import make_mesh
 
-pytestmark = pytest.mark.skipif(not cache_attention.available(),
+pytestmark = pytest.mark.skipif(not kernel.available(),
                                 reason="no C++ compiler / not a CPU backend")
 
 
@@ -45,7 +45,7 @@ def test_kernel_equals_xla_attention_with_a_shared_prefix(r, f):
   q, k, v, pk, pv, _ = _problem(0, 6, 2, r, f, 40, 3, 21)
   count_N = jnp.asarray([1, 17, 40, 0, 33, 8], jnp.int32)
   lengths_B = jnp.asarray([21, 5, 16], jnp.int32)
-  got, _, _ = jax.jit(lambda *a: cache_attention.attend(*a[:4], a[4:], group=2))(
+  got, _, _ = jax.jit(lambda *a: kernel.attend(*a[:4], a[4:], group=2))(
       q, k, v, count_N, pk, pv, lengths_B)
   want = _reference(q, k, v, count_N, (pk, pv, lengths_B))
   np.testing.assert_allclose(np.asarray(got), np.asarray(want), atol=2e-6, rtol=0)
@@ -56,7 +56,7 @@ def test_kernel_without_a_prefix_and_rows_that_see_nothing():
   averages masked garbage there; the sampler discards such rows' outputs either way)."""
   q, k, v, _, _, _ = _problem(1, 4, 3, 3, 64, 24, 1, 1)
   count_N = jnp.asarray([24, 0, 7, 16], jnp.int32)
-  got = np.asarray(jax.jit(cache_attention.attend)(q, k, v, count_N)[0])
+  got = np.asarray(jax.jit(kernel.attend)(q, k, v, count_N)[0])
   want = np.asarray(_reference(q, k, v, count_N))
   seen = np.asarray(count_N) > 0
   np.testing.assert_allclose(got[seen], want[seen], atol=2e-6, rtol=0)
@@ -66,7 +66,7 @@ def test_kernel_without_a_prefix_and_rows_that_see_nothing():
 def test_counts_past_the_buffer_are_clamped():
   """A count above S (a finished row's position past its end) reads S slots, never beyond."""
   q, k, v, _, _, _ = _problem(2, 2, 1, 3, 64, 16, 1, 1)
-  big, _, _ = jax.jit(cache_attention.attend)(q, k, v, jnp.asarray([16, 1000], jnp.int32))
+  big, _, _ = jax.jit(kernel.attend)(q, k, v, jnp.asarray([16, 1000], jnp.int32))
   np.testing.assert_allclose(np.asarray(big[1]), np.asarray(
       _reference(q, k, v, jnp.asarray([16, 16], jnp.int32))[1]), atol=2e-6, rtol=0)
 
@@ -84,7 +84,7 @@ def test_new_keys_and_values_are_written_in_place_before_attending():
     want_k[n, :, :, int(slot_N[n])] = k_new[n]
     want_v[n, :, int(slot_N[n]), :] = v_new[n]
   want_out = _reference(q, jnp.asarray(want_k), jnp.asarray(want_v), count_N)
-  fn = jax.jit(lambda q, k, v, kn, vn, s: cache_attention.attend(q, k, v, jnp.minimum(s + 1, 32),
+  fn = jax.jit(lambda q, k, v, kn, vn, s: kernel.attend(q, k, v, jnp.minimum(s + 1, 32),
                                                                   new=(kn, vn, s)),
                donate_argnums=(1, 2))
   assert " copy(" not in fn.lower(q, k, v, k_new, v_new, slot_N).compile().as_text()
@@ -104,9 +104,9 @@ def test_rows_split_over_eight_devices_find_their_prompts():
   lengths_B = jnp.asarray([24, 9], jnp.int32)
   rows = NamedSharding(mesh, P("data"))
   args = [jax.device_put(x, rows) for x in (q, k, v, count_N)]
-  fn = jax.jit(lambda *a: cache_attention.attend(*a[:4], a[4:], group=8, mesh=mesh))
+  fn = jax.jit(lambda *a: kernel.attend(*a[:4], a[4:], group=8, mesh=mesh))
   got = fn(*args, pk, pv, lengths_B)[0]
-  single = jax.jit(lambda *a: cache_attention.attend(*a[:4], a[4:], group=8))(
+  single = jax.jit(lambda *a: kernel.attend(*a[:4], a[4:], group=8))(
       q, k, v, count_N, pk, pv, lengths_B)[0]
   np.testing.assert_allclose(np.asarray(got), np.asarray(single), atol=0, rtol=0)
   np.testing.assert_allclose(np.asarray(got), np.asarray(
@@ -128,7 +128,7 @@ def test_chunk_kernel_equals_xla_attention(t, r):
   count_NT = rng.integers(0, s + 1, (n, t)).astype(np.int32)
   count_NT[0, 0], count_NT[1, -1] = 0, 1000  # sees only its prefix; clamped to S
   lengths_B = jnp.asarray([19, 4], jnp.int32)
-  got, k_out, v_out = jax.jit(lambda *a: cache_attention.attend(*a[:4], a[4:], group=2))(
+  got, k_out, v_out = jax.jit(lambda *a: kernel.attend(*a[:4], a[4:], group=2))(
       q, k, v, jnp.asarray(count_NT), pk, pv, lengths_B)
   visible_NTS = jnp.arange(s)[None, None, :] < jnp.asarray(count_NT)[:, :, None]
   prefix = (pk, pv, jnp.arange(p)[None, :] < lengths_B[:, None])
@@ -151,7 +151,7 @@ def test_chunk_kernel_equals_xla_attention(t, r):
 
 
 def _attend_with_lse(q, k, v, count, pk, pv, lengths_B):
-  return jax.jit(lambda *a: cache_attention.attend(*a[:4], a[4:], group=2, lse=True))(
+  return jax.jit(lambda *a: kernel.attend(*a[:4], a[4:], group=2, lse=True))(
       q, k, v, count, pk, pv, lengths_B)
 
 
@@ -161,13 +161,13 @@ def test_chunk_without_prefix_sees_nothing_gives_zeros_and_cannot_write():
   k = jnp.asarray(rng.normal(size=(2, 1, 64, 8)), jnp.float32)
   v = jnp.asarray(rng.normal(size=(2, 1, 8, 64)), jnp.float32)
   count_NT = jnp.asarray([[0, 1, 0, 8], [2, 0, 3, 0]], jnp.int32)
-  got = np.asarray(jax.jit(cache_attention.attend)(q, k, v, count_NT)[0])
+  got = np.asarray(jax.jit(kernel.attend)(q, k, v, count_NT)[0])
   assert np.all(got[0, 0, [0, 2]] == 0) and np.all(got[1, 0, [1, 3]] == 0)
-  lse = np.asarray(jax.jit(lambda *a: cache_attention.attend(*a, lse=True))(q, k, v, count_NT)[1])
+  lse = np.asarray(jax.jit(lambda *a: kernel.attend(*a, lse=True))(q, k, v, count_NT)[1])
   assert np.all(lse[0, 0, [0, 2]] == -1e30) and np.all(np.abs(lse[0, 0, [1, 3]]) < 1e3)
   assert np.all(np.abs(got[0, 0, [1, 3]]) > 0)
   with pytest.raises(ValueError, match="only one token per row"):
-    cache_attention.attend(q, k, v, count_NT, new=(k[:, :, :, 0], v[:, :, 0], count_NT[:, 0]))
+    kernel.attend(q, k, v, count_NT, new=(k[:, :, :, 0], v[:, :, 0], count_NT[:, 0]))
 
 
 @pytest.mark.parametrize("shared_prefix", [False, True])
@@ -216,13 +216,13 @@ def test_unbuildable_kernel(monkeypatch, tmp_path, caplog):
   assert [p.name for p in (tmp_path / "kernels").iterdir()] == []  # no partial library left
   build.registered.cache_clear()
   with caplog.at_level(logging.WARNING):
-    assert not cache_attention.available()
+    assert not kernel.available()
   assert "using the reference attention" in caplog.text
   build.registered.cache_clear()
   monkeypatch.undo()
-  assert cache_attention.available()
+  assert kernel.available()
 
 
 def test_bfloat16_cache_falls_back():
   """The kernel is float32 only: other cache dtypes use the reference attention."""
-  assert not cache_attention.available(jnp.bfloat16)
+  assert not kernel.available(jnp.bfloat16)

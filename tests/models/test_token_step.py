@@ -5,8 +5,8 @@ import numpy as np
 import pytest
 from flax import nnx
 
-from arenarl_jax.models.cpu import decode as token_step
-from arenarl_jax.models.cpu import kernel as cache_attention
+from arenarl_jax.models.cpu import decode
+from arenarl_jax.models.cpu import kernel
 from arenarl_jax.models.kv_cache import KVCache
 from arenarl_jax.models.transformer import set_attention
 from arenarl_jax.models.safetensors_io import load_hf_dir
@@ -18,7 +18,7 @@ VARIANTS = ["llama_attention_bias", "qwen2_yarn_untied", "qwen3", "llama3_untied
 def _both_steps(model, tokens_N, positions_N, cache, attention="auto"):
   """(feature-major logits and cache with ``attention``, the reference model call's logits and
   cache), both jitted."""
-  fm = nnx.jit(lambda m, t, p, c: token_step.step(m, token_step.transposed_kernels(m), t, p, c))
+  fm = nnx.jit(lambda m, t, p, c: decode.step(m, decode.transposed_kernels(m), t, p, c))
   ref = nnx.jit(lambda m, t, p, c: m(t[:, None], p[:, None], cache=c))
   set_attention(model, attention)
   got_logits, got_cache = fm(model, tokens_N, positions_N, cache)
@@ -28,7 +28,7 @@ def _both_steps(model, tokens_N, positions_N, cache, attention="auto"):
 
 
 @pytest.mark.parametrize("attention", ["reference", pytest.param(
-    "cpu_kernel", marks=pytest.mark.skipif(not cache_attention.available(),
+    "cpu_kernel", marks=pytest.mark.skipif(not kernel.available(),
                                            reason="no CPU attention kernel here"))])
 @pytest.mark.parametrize("variant", VARIANTS)
 def test_steps_after_a_shared_prefix_equal_the_model_call(variant, attention, hf_dirs):
@@ -36,7 +36,7 @@ def test_steps_after_a_shared_prefix_equal_the_model_call(variant, attention, hf
   steps: logits and every layer's written keys/values agree with ``model(...)``, with the
   decode attention kernel and with the model's own attention."""
   cfg, model = load_hf_dir(hf_dirs(variant)[1])
-  assert token_step.supports(model)
+  assert decode.supports(model)
   rng = np.random.default_rng(0)
   counts = jnp.asarray([3, 5])
   prompts = jnp.asarray(rng.integers(0, cfg.vocab_size, (2, 5)), jnp.int32)
@@ -67,7 +67,7 @@ def test_step_without_a_prefix_and_with_a_non_transformer():
   (got, _), (want, _) = _both_steps(model, jnp.asarray([9, 10], jnp.int32),
                                     jnp.asarray([4, 4], jnp.int32), cache)
   np.testing.assert_allclose(np.asarray(got), np.asarray(want), atol=2e-5, rtol=0)
-  assert not token_step.supports(nnx.Linear(2, 2, rngs=nnx.Rngs(0)))
+  assert not decode.supports(nnx.Linear(2, 2, rngs=nnx.Rngs(0)))
   # A subclass may override hidden/head (the judge tests' scripted model does): not supported.
   subclass = type("Scripted", (Transformer,), {})
-  assert not token_step.supports(subclass(cfg, rngs=nnx.Rngs(params=0)))
+  assert not decode.supports(subclass(cfg, rngs=nnx.Rngs(params=0)))

@@ -3,7 +3,7 @@
 The shared prefix is prefilled once per chunk of rows and fanned out to them (``Sampler.prefill``
 with ``group_size`` = rows), each row is extended with its match-specific text, then one compiled
 program writes all verdicts (greedy unless ``temperature`` > 0): by default under the compact
-verdict's grammar (``flax_constrained.write_verdicts``: every reply parses), or freely with the
+verdict's grammar (``grammar.write_verdicts``: every reply parses), or freely with the
 sampler's decode loop until EOS or ``max_new_tokens`` (``constrained=False``).
 """
 from __future__ import annotations
@@ -14,14 +14,14 @@ import jax
 import numpy as np
 
 from arenarl_jax.sampling import sampler as sampler_lib
-from arenarl_jax.judges import flax_constrained
 from arenarl_jax.judges import verdict as verdict_lib
+from arenarl_jax.judges.flax import grammar
 
 
-def grammar(judge, verdict_mode: str) -> flax_constrained.VerdictGrammar:
+def verdict_grammar(judge, verdict_mode: str) -> grammar.VerdictGrammar:
   """The judge's verdict automaton for ``verdict_mode``, built once."""
   if verdict_mode not in judge.grammars:
-    judge.grammars[verdict_mode] = flax_constrained.build_grammar(
+    judge.grammars[verdict_mode] = grammar.build_grammar(
         judge.tokenizer, judge.rubric, verdict_mode)
   return judge.grammars[verdict_mode]
 
@@ -31,7 +31,7 @@ def verdict_rows(judge, verdict_mode: str, unique: list[tuple[int, ...]]) -> dic
   cfg = judge.config
   prefix_ids, _ = judge.prefix_state(verdict_mode)
   key = jax.random.fold_in(jax.random.key(cfg.seed), judge.calls)
-  g = grammar(judge, verdict_mode) if cfg.constrained else None
+  g = verdict_grammar(judge, verdict_mode) if cfg.constrained else None
   out = {}
   for c, (part, tokens, lengths) in enumerate(judge.chunks(unique)):
     n, t = tokens.shape
@@ -43,7 +43,7 @@ def verdict_rows(judge, verdict_mode: str, unique: list[tuple[int, ...]]) -> dic
     state = sampler.prefill([prefix_ids], group_size=n, reserve=t + room)
     state = sampler.extend(state, [tokens[r, :lengths[r]] for r in range(n)])
     if g is not None:
-      values = jax.device_get(flax_constrained.write_verdicts(
+      values = jax.device_get(grammar.write_verdicts(
           judge.graphdef, judge.params, state.cache, state.lengths_N,
           np.float32(cfg.temperature), jax.random.fold_in(key, c), grammar=g))
       token_lists = [g.reply_tokens(values[r]) for r in range(len(part))]

@@ -31,9 +31,9 @@ import jax.numpy as jnp
 import numpy as np
 from flax import nnx
 
-from arenarl_jax.judges import flax_reads
 from arenarl_jax.judges import rubric as rubric_lib
 from arenarl_jax.judges import verdict as verdict_lib
+from arenarl_jax.judges.flax import reads
 from arenarl_jax.models import backend
 
 
@@ -88,7 +88,7 @@ def build_grammar(tokenizer, rubric: rubric_lib.Rubric, verdict_mode: str) -> Ve
   tokens the tokenizer gives the finished reply.
   """
   texts, _ = verdict_lib.verdict_skeleton(rubric, verdict_mode)
-  digits, ten = flax_reads.score_tokens(tokenizer, [texts[0]])
+  digits, ten = reads.score_tokens(tokenizer, [texts[0]])
   spans = tuple(tuple(tokenizer.encode(t)) for t in texts)
   if any(not s for s in spans[:-1]):
     raise ValueError("constrained decoding: a fixed text of the verdict encodes to no tokens")

@@ -10,7 +10,7 @@ all rows; each row adds its match-specific text. Each (agent, section, dimension
 from its own branch, the verdict's JSON key path up to that score, e.g.
 ``{"Agent_B": {"answer": {"clarity": `` — never after the model's other scores, so no score is
 anchored on another one. Score = the expected value of the model's distribution over the score
-tokens 0..10, renormalised over them (``flax_programs`` explains how a two-token "10" is read).
+tokens 0..10, renormalised over them (``programs`` explains how a two-token "10" is read).
 Overall per section = the mean of its dimension expectations and combined = the rubric's weighted
 sum, *without* the rubric's rounding: rounding an expectation throws away the graded preference the
 logits carry (two agents at 6.4 and 6.6 would both become 6 and tie), recreating the ties a
@@ -18,7 +18,7 @@ pairwise judge exists to break. Identical prompts (e.g. both orders of a self-ma
 once, so a self-match ties exactly, and distinct prompts run in a canonical order (a function of
 the set of prompts alone), so swapping P and Q swaps the two sums exactly. Rows of one call that
 begin with the same tokens (in a tournament, every match that shows the same trajectory first)
-run that beginning once (``flax_sharing``, ``min_shared_tokens``). Rows run in chunks of at most
+run that beginning once (``sharing``, ``min_shared_tokens``). Rows run in chunks of at most
 ``max_rows``, cut where they run the fewest padded tokens, with their text right-padded to length
 buckets (``bucket_step``): one compiled program per (rows, bucket, shared beginnings, their
 bucket). The programs are not sharded: they run on the default device. The model's own
@@ -32,7 +32,7 @@ visible slots).
 
 **Generative mode**: the sampler (prefix prefilled once, rows extended, greedy by default)
 writes the verdict, which is parsed strictly like an HTTP reply. By default decoding follows the
-compact verdict's grammar (``flax_constrained``: fixed text forced, scores restricted to 0..10),
+compact verdict's grammar (``grammar``: fixed text forced, scores restricted to 0..10),
 so every reply parses; with ``constrained=False`` it decodes freely and an unparseable verdict
 makes the match ``ok=False`` (neither player is ranked or trained on, never a tie:
 ``types.MatchResult``).
@@ -52,18 +52,16 @@ import numpy as np
 from flax import nnx
 from jax.sharding import Mesh
 
-from arenarl_jax.text import chat_format
 from arenarl_jax import sharding
-from arenarl_jax.judges import flax_programs
-from arenarl_jax.judges import flax_reads
-from arenarl_jax.judges import flax_sharing
-from arenarl_jax.judges import render
+from arenarl_jax.judges import registry, render
 from arenarl_jax.judges import rubric as rubric_lib
-from arenarl_jax.judges.settings import FlaxJudgeConfig
-from arenarl_jax.settings import section_dict, settings_from_config
 from arenarl_jax.judges import stats
 from arenarl_jax.judges import verdict as verdict_lib
-from arenarl_jax.sampling import buckets as bucketing
+from arenarl_jax.judges.flax import programs, reads, sharing
+from arenarl_jax.judges.settings import FlaxJudgeConfig
+from arenarl_jax.sampling import buckets
+from arenarl_jax.settings import section_dict, settings_from_config
+from arenarl_jax.text import chat_format
 from arenarl_jax.types import Match, MatchResult, Stateless, Trajectory
 
 _MAX_REFITS = 6  # re-renders with smaller character limits before a prompt counts as too long
@@ -99,12 +97,12 @@ class FlaxJudge(Stateless):
     self.graphdef, self.params = nnx.split(model)
     if mesh is not None:
       self.params = sharding.shard_params(self.params, mesh)
-    self.buckets = bucketing.stepped_buckets(config.max_user_tokens, config.min_bucket,
+    self.buckets = buckets.stepped_buckets(config.max_user_tokens, config.min_bucket,
                                              config.bucket_step)
-    self.row_buckets = bucketing.power_of_two_buckets(config.max_rows, 1)
+    self.row_buckets = buckets.power_of_two_buckets(config.max_rows, 1)
     self._prefix: dict[str, tuple[list[int], Any]] = {}  # verdict mode -> (ids, cache)
-    self._layouts: dict[str, flax_programs.BranchLayout] = {}
-    self.grammars: dict[str, Any] = {}  # verdict mode -> flax_constrained.VerdictGrammar
+    self._layouts: dict[str, programs.BranchLayout] = {}
+    self.grammars: dict[str, Any] = {}  # verdict mode -> grammar.VerdictGrammar
     self.calls = 0
 
   @staticmethod
@@ -207,16 +205,16 @@ class FlaxJudge(Stateless):
         ids = [self.tokenizer.bos_id] + ids
       cache = None
       if self.config.mode == "logit":
-        before = sum(flax_programs.TRACES.values())
-        cache = flax_programs.prefill_prefix(self.graphdef, self.params, np.asarray([ids]))
-        self.counts["compiles"] += sum(flax_programs.TRACES.values()) - before
+        before = sum(programs.TRACES.values())
+        cache = programs.prefill_prefix(self.graphdef, self.params, np.asarray([ids]))
+        self.counts["compiles"] += sum(programs.TRACES.values()) - before
       self._prefix[verdict_mode] = (ids, cache)
     return self._prefix[verdict_mode]
 
-  def _layout(self, verdict_mode: str) -> flax_programs.BranchLayout:
+  def _layout(self, verdict_mode: str) -> programs.BranchLayout:
     if verdict_mode not in self._layouts:
-      self._layouts[verdict_mode] = flax_reads.branch_layout(
-          self.tokenizer, flax_reads.branch_texts(self.rubric, verdict_mode))
+      self._layouts[verdict_mode] = reads.branch_layout(
+          self.tokenizer, reads.branch_texts(self.rubric, verdict_mode))
     return self._layouts[verdict_mode]
 
   # ------------------------------------------------------------------ evaluation
@@ -229,61 +227,61 @@ class FlaxJudge(Stateless):
     elif self.config.mode == "logit":
       got = self._logit_rows(verdict_mode, unique)
     else:
-      from arenarl_jax.judges import flax_generate  # pylint: disable=g-import-not-at-top
-      got = flax_generate.verdict_rows(self, verdict_mode, unique)
+      from arenarl_jax.judges.flax import generation  # pylint: disable=g-import-not-at-top
+      got = generation.verdict_rows(self, verdict_mode, unique)
     return [(None, r.error, {}) if r.ids is None else got[r.ids] for r in rows]
 
   def chunks(self, unique: list[tuple[int, ...]]):
     """(row ids, tokens [n, t] int32, lengths [n]) per chunk of rows by length, padded to its
     buckets (generative mode: nothing shared beyond the system prompt)."""
-    for chunk in flax_sharing.plan_chunks(unique, self.config.max_rows, 0):
+    for chunk in sharing.plan_chunks(unique, self.config.max_rows, 0):
       yield list(chunk.rows), *self._chunk_arrays(chunk)
 
   def _logit_rows(self, verdict_mode: str, unique: list[tuple[int, ...]]) -> dict:
     _, prefix = self.prefix_state(verdict_mode)
     layout = self._layout(verdict_mode)
-    values = np.arange(flax_programs.N_SCORES, dtype=np.float64)
+    values = np.arange(programs.N_SCORES, dtype=np.float64)
     out = {}
     for chunk in self._plan(unique):
       arrays = self._chunk_arrays(chunk)
-      before = sum(flax_programs.TRACES.values())
+      before = sum(programs.TRACES.values())
       start = time.perf_counter()
-      probs, mass = jax.device_get(flax_programs.score_rows(
+      probs, mass = jax.device_get(programs.score_rows(
           self.graphdef, self.params, prefix, *arrays, layout=layout,
           block=self.config.block_tokens))
       self.metrics.latency(time.perf_counter() - start)
       self.counts["calls"] += 1
-      self.counts["compiles"] += sum(flax_programs.TRACES.values()) - before
+      self.counts["compiles"] += sum(programs.TRACES.values()) - before
       self.counts["branch_tokens"] += len(arrays[0]) * len(layout.tokens)
       expected = np.asarray(probs, np.float64) @ values  # [n, B]
       for r, ids in enumerate(chunk.rows):
         if not np.all(np.isfinite(expected[r])):
           out[ids] = (None, "the model's score distribution is not finite", {})
           continue
-        out[ids] = (flax_reads.combine_agents(self.rubric, verdict_mode, expected[r]), None,
+        out[ids] = (reads.combine_agents(self.rubric, verdict_mode, expected[r]), None,
                     {"score_mass": float(np.min(mass[r]))})
     return out
 
-  def _plan(self, unique: list[tuple[int, ...]]) -> list[flax_sharing.Chunk]:
+  def _plan(self, unique: list[tuple[int, ...]]) -> list[sharing.Chunk]:
     """The chunks for ``unique``, cut where they run the fewest padded tokens under this judge's
-    buckets, with shared beginnings when that runs fewer of them (``flax_sharing.plan_chunks``)."""
+    buckets, with shared beginnings when that runs fewer of them (``sharing.plan_chunks``)."""
     # A call's fixed costs (dispatch, the prefix copy, smaller products per token, one more
     # program to compile) are charged as two blocks of tokens, so the plan does not trade a few
     # padded tokens for many small calls.
-    return flax_sharing.plan_chunks(unique, self.config.max_rows, self.config.min_shared_tokens,
+    return sharing.plan_chunks(unique, self.config.max_rows, self.config.min_shared_tokens,
                                     self._pad, self._pad_rows, 2 * self.config.block_tokens)
 
   def _pad(self, length: int) -> int:
-    return bucketing.bucket_length(length, self.buckets, what="prompt")
+    return buckets.bucket_length(length, self.buckets, what="prompt")
 
   def _pad_rows(self, rows: int) -> int:
-    return bucketing.bucket_length(rows, self.row_buckets, what="chunk rows")
+    return buckets.bucket_length(rows, self.row_buckets, what="chunk rows")
 
-  def _shape(self, chunk: flax_sharing.Chunk) -> tuple[int, int, int, int]:
+  def _shape(self, chunk: sharing.Chunk) -> tuple[int, int, int, int]:
     """(rows, tail tokens, shared beginnings, their tokens) of ``chunk``'s padded arrays."""
-    return flax_sharing.padded_shape(chunk, self._pad, self._pad_rows)
+    return sharing.padded_shape(chunk, self._pad, self._pad_rows)
 
-  def _chunk_arrays(self, chunk: flax_sharing.Chunk) -> tuple:
+  def _chunk_arrays(self, chunk: sharing.Chunk) -> tuple:
     """score_rows' arrays for ``chunk``, padded to its buckets: (tokens [n, t], lengths [n]) of
     what each row runs itself, then with shared beginnings (shared [B, L], group [n], offset
     [n]). Padding rows run one token and their results are dropped."""
@@ -337,14 +335,13 @@ def make_flax_judge(cfg: Any, model: nnx.Module | None = None, tokenizer=None,
 
   ``mesh`` (the pipeline passes this host's sampling mesh, ``sampling/layout.py``): the model is
   loaded straight into its partition rules' shardings there and the judge runs over it."""
-  from arenarl_jax import judges  # pylint: disable=g-import-not-at-top
   cfg = section_dict(cfg, "judge")
   config = settings_from_config(FlaxJudgeConfig, cfg.get("flax"), "judge.flax")
   limits = settings_from_config(render.RenderLimits, cfg.get("render"), "judge.render")
   if (model is None) != (tokenizer is None):
     raise ValueError("make_judge(backend='flax'): pass both model= and tokenizer=, or neither "
                      "(then judge.flax.model is loaded)")
-  rubric = judges.rubric_name(cfg)  # before loading a model for nothing
+  rubric = registry.rubric_name(cfg)  # before loading a model for nothing
   if model is None:
     model, tokenizer = load_judge_model(config.model, config.attention, mesh=mesh)
   return FlaxJudge(model, tokenizer, config, rubric=rubric,

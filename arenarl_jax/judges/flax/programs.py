@@ -5,7 +5,7 @@
 2. ``score_rows``: that cache is copied to all rows (``take_rows``); each row is extended with its
    match-specific text (right-padded to a length bucket, run in blocks; a beginning that several
    rows share, such as the query and the first trajectory, runs once and is copied to them,
-   ``flax_sharing``); then every score
+   ``sharing``); then every score
    is read from its own short *branch* (the JSON key path of one agent, section and dimension)
    that sees the row's prompt and its own earlier tokens but no other branch. The branches form a
    trie: key-path tokens they share (``{"Agent_A": {"path": {"`` ...) are one node, computed
@@ -153,7 +153,7 @@ def score_rows(graphdef, params, prefix, tokens_NT, lengths_N, shared_BL=None, g
   Rows are the prefix (every row the same) followed by ``lengths_N`` real tokens of ``tokens_NT``
   (right-padded), run in ``block``-token pieces (``_extend``). ``prefix``: the one-row cache of
   ``prefill_prefix``. With ``shared_BL`` (B common beginnings, right-padded; see
-  ``flax_sharing``), those run first, once each, and row n copies the first offset_N[n] tokens of
+  ``sharing``), those run first, once each, and row n copies the first offset_N[n] tokens of
   beginning group_N[n] before its own tokens (offset 0: none); ``tokens_NT`` and ``lengths_N``
   are then what follows. A row's slots past its copied part hold the rest of the padded
   beginning until its own tokens overwrite them: a query only sees slots up to its own position.

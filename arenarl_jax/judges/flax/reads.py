@@ -1,5 +1,5 @@
 """What logit mode reads: one JSON key-path branch per score, the score tokens after it, and how
-the expected scores combine into each agent's score (see ``flax_judge`` for the design)."""
+the expected scores combine into each agent's score (see ``judge`` for the design)."""
 from __future__ import annotations
 
 import json
@@ -7,8 +7,8 @@ from typing import Sequence
 
 import numpy as np
 
-from arenarl_jax.judges import flax_programs
 from arenarl_jax.judges import rubric as rubric_lib
+from arenarl_jax.judges.flax import programs
 
 
 def slots(rubric: rubric_lib.Rubric, verdict_mode: str) -> list[tuple[str, str, str]]:
@@ -60,10 +60,10 @@ def score_tokens(tokenizer, texts: Sequence[str]) -> tuple[tuple[int, ...], int]
   return digits, ten
 
 
-def branch_layout(tokenizer, texts: Sequence[str]) -> flax_programs.BranchLayout:
+def branch_layout(tokenizer, texts: Sequence[str]) -> programs.BranchLayout:
   """The static branch layout of ``texts`` for ``tokenizer``."""
   digits, ten = score_tokens(tokenizer, texts)
-  return flax_programs.BranchLayout.build([tokenizer.encode(t) for t in texts], digits, ten)
+  return programs.BranchLayout.build([tokenizer.encode(t) for t in texts], digits, ten)
 
 
 def combine_agents(rubric: rubric_lib.Rubric, verdict_mode: str,

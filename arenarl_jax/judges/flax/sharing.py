@@ -1,6 +1,6 @@
 """Which prompt tokens the local judge's logit mode computes once for several rows of a call.
 
-Every row of a judge call already shares the rubric's system prompt (``flax_programs``). Rows can
+Every row of a judge call already shares the rubric's system prompt (``programs``). Rows can
 share more: in a tournament the two orders of a match are different prompts, but every match in
 which trajectory A is shown first begins with the same tokens (the query, then A's path and
 answer), so a round robin over N trajectories has N - 1 rows per first trajectory and an anchor

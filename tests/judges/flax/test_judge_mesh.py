@@ -8,14 +8,14 @@ import numpy as np
 import pytest
 
 from arenarl_jax import sharding
-from arenarl_jax.judges import flax_judge
+from arenarl_jax.judges.flax import FlaxJudge, FlaxJudgeConfig
 from arenarl_jax.models.config import PRESETS
 from arenarl_jax.models.embedded import find_smollm2_gguf
 from arenarl_jax.models.transformer import make_model
 from arenarl_jax.text.tokenizer import Tokenizer
 from judge_fakes import matches
 
-SMALL = flax_judge.FlaxJudgeConfig(max_rows=2, max_user_tokens=512)
+SMALL = FlaxJudgeConfig(max_rows=2, max_user_tokens=512)
 
 
 @pytest.fixture(scope="module")
@@ -26,8 +26,8 @@ def tok():
 def test_judge_with_mesh_equals_one_device(tok):
   mesh = sharding.make_mesh(data=2, fsdp=2, tensor=2)
   model = make_model(dataclasses.replace(PRESETS["tiny"], n_layers=1), seed=0)
-  one = flax_judge.FlaxJudge(model, tok, SMALL)
-  meshed = flax_judge.FlaxJudge(model, tok, SMALL, mesh=mesh)
+  one = FlaxJudge(model, tok, SMALL)
+  meshed = FlaxJudge(model, tok, SMALL, mesh=mesh)
   q = meshed.params["layers"][0]["attn"]["q"]["kernel"].get_value()
   assert q.sharding.spec == sharding.spec_for("layers/0/attn/q/kernel", q.shape, mesh)
   assert q.sharding.mesh == mesh

@@ -9,10 +9,10 @@ import numpy as np
 import pytest
 from flax import nnx
 
-from arenarl_jax.judges import flax_constrained, flax_judge
 from arenarl_jax.judges import render
 from arenarl_jax.judges import rubric as rubric_lib
 from arenarl_jax.judges import verdict as verdict_lib
+from arenarl_jax.judges.flax import FlaxJudge, FlaxJudgeConfig, grammar, make_flax_judge
 from arenarl_jax.models import config as config_lib
 from arenarl_jax.models.embedded import find_smollm2_gguf
 from arenarl_jax.models.transformer import Transformer, make_model
@@ -23,7 +23,7 @@ from judge_fakes import traj
 
 TINY = config_lib.PRESETS["tiny"]
 ONE_LAYER = dataclasses.replace(TINY, n_layers=1)
-GEN = flax_judge.FlaxJudgeConfig(mode="generative", max_rows=4, max_user_tokens=512)
+GEN = FlaxJudgeConfig(mode="generative", max_rows=4, max_user_tokens=512)
 
 
 @pytest.fixture(scope="module")
@@ -38,7 +38,7 @@ def _match(p, q):
 # ---------------------------------------------------------------- the automaton's tables
 @pytest.mark.parametrize("mode", ["pairwise", "pointwise"])
 def test_forced_tokens_are_the_tokenizers_encoding(tok, mode):
-  g = flax_constrained.build_grammar(tok, rubric_lib.TRAVEL, mode)
+  g = grammar.build_grammar(tok, rubric_lib.TRAVEL, mode)
   texts, slots = verdict_lib.verdict_skeleton(rubric_lib.TRAVEL, mode)
   assert g.n_slots == len(slots) and [list(s) for s in g.spans] == [tok.encode(t) for t in texts]
   assert g.ten == -1 and g.digits == tuple(tok.encode(str(d))[0] for d in range(10))
@@ -72,22 +72,22 @@ class MergingTokenizer:
 
 def test_a_tokenizer_that_merges_a_score_with_the_text_is_refused():
   with pytest.raises(ValueError, match="does not split the verdict at its score slots"):
-    flax_constrained.build_grammar(MergingTokenizer(), rubric_lib.TRAVEL, "pairwise")
+    grammar.build_grammar(MergingTokenizer(), rubric_lib.TRAVEL, "pairwise")
 
 
 def test_constrained_is_a_checked_option_and_sets_the_compact_prompt():
   with pytest.raises(ValueError, match="judge.flax.constrained"):
-    flax_judge.FlaxJudgeConfig(mode="generative", constrained="yes")
-  free = flax_judge.FlaxJudgeConfig(mode="generative", constrained=False)
+    FlaxJudgeConfig(mode="generative", constrained="yes")
+  free = FlaxJudgeConfig(mode="generative", constrained=False)
   model = make_model(ONE_LAYER)
-  assert flax_judge.FlaxJudge(model, None, free, compact=False).compact is False
-  assert flax_judge.FlaxJudge(model, None, GEN, compact=False).compact is True
+  assert FlaxJudge(model, None, free, compact=False).compact is False
+  assert FlaxJudge(model, None, GEN, compact=False).compact is True
 
 
 # ---------------------------------------------------------------- every reply parses
 def test_every_verdict_of_a_random_model_parses_greedy_and_sampled(tok):
   ms = judge_fakes.matches([(1, 8), (9, 2)])
-  judge = flax_judge.FlaxJudge(make_model(ONE_LAYER, seed=3), tok, GEN)
+  judge = FlaxJudge(make_model(ONE_LAYER, seed=3), tok, GEN)
   for temperature in (0.0, 1.5, 1.5):  # the temperature is traced: no recompile
     judge.config = dataclasses.replace(GEN, temperature=temperature)
     results = judge.judge(ms)
@@ -124,7 +124,7 @@ def test_constant_logits_give_the_hand_worked_verdict(tok, case, expected):
     logits[digits[7]] = 5.0
   else:
     logits[digits[1]] = 5.0
-  judge = flax_judge.FlaxJudge(ConstantLogits(ONE_LAYER, logits), tok, GEN)
+  judge = FlaxJudge(ConstantLogits(ONE_LAYER, logits), tok, GEN)
   (r,) = judge.judge([_match(traj(2), traj(8))])
   assert r.ok and r.detail["forward"] == (expected, expected) == r.detail["backward"]
   assert (r.score_p, r.score_q) == (2 * expected, 2 * expected)
@@ -159,7 +159,7 @@ def test_scripted_replies_are_read_per_order(tok):
   judge reads forward (10, 1) and backward (1, 10), so a P/Q swap anywhere would show (and "1"
   then "0" is read as 10, "1" then the text as 1)."""
   p, q = traj(10), traj(1)
-  probe = flax_judge.FlaxJudge(make_model(ONE_LAYER), tok, GEN)
+  probe = FlaxJudge(make_model(ONE_LAYER), tok, GEN)
   prefix, _ = probe.prefix_state("pairwise")
   rows = sorted({probe.prompt_row("pairwise", lambda lim, a=a, b=b: render.render_pairwise(
       probe.rubric, p.query, a, b, lim, True)).ids for a, b in ((p, q), (q, p))},
@@ -167,7 +167,7 @@ def test_scripted_replies_are_read_per_order(tok):
   scripts = [tok.encode(judge_fakes.truthful_reply({"messages": [{"content": tok.decode(
       list(ids))}]}, rubric_lib.TRAVEL, compact=True)) for ids in rows]
   starts = [len(prefix) + len(ids) for ids in rows]
-  judge = flax_judge.FlaxJudge(RowScripted(ONE_LAYER, scripts, starts), tok, GEN)
+  judge = FlaxJudge(RowScripted(ONE_LAYER, scripts, starts), tok, GEN)
   (r,) = judge.judge([_match(p, q)])
   assert r.ok and r.detail["forward"] == (10.0, 1.0) and r.detail["backward"] == (1.0, 10.0)
   assert (r.score_p, r.score_q) == (20.0, 2.0)
@@ -176,7 +176,7 @@ def test_scripted_replies_are_read_per_order(tok):
 
 # ---------------------------------------------------------------- SmolLM2
 def test_smollm2_constrained_verdicts_parse():
-  judge = flax_judge.make_flax_judge({"rubric": "travel", "flax": {
+  judge = make_flax_judge({"rubric": "travel", "flax": {
       "model": "smollm2", "mode": "generative", "max_rows": 2, "max_user_tokens": 512}})
   (r,) = judge.judge([_match(traj(2, "no times given"), traj(9, "TGV 8:04, 35 EUR"))])
   assert r.ok, r.error

@@ -11,10 +11,11 @@ import numpy as np
 import pytest
 from flax import nnx
 
-from arenarl_jax.judges import flax_judge, flax_programs, flax_reads, make_judge
+from arenarl_jax.judges import make_judge
 from arenarl_jax.judges import render
 from arenarl_jax.judges import rubric as rubric_lib
 from arenarl_jax.judges import verdict as verdict_lib
+from arenarl_jax.judges.flax import FlaxJudge, FlaxJudgeConfig, programs, reads
 from arenarl_jax.models import config as config_lib
 from arenarl_jax.models.cpu import build as cpu_build
 from arenarl_jax.models.cpu import kernel as cpu_kernel
@@ -26,7 +27,7 @@ import judge_fakes
 from judge_fakes import traj
 
 TINY = config_lib.PRESETS["tiny"]
-SMALL = flax_judge.FlaxJudgeConfig(max_rows=2, max_user_tokens=512)
+SMALL = FlaxJudgeConfig(max_rows=2, max_user_tokens=512)
 
 
 @pytest.fixture(scope="module")
@@ -36,7 +37,7 @@ def tok():
 
 @pytest.fixture(scope="module")
 def tiny_judge(tok):
-  return flax_judge.FlaxJudge(make_model(TINY, seed=0), tok, SMALL)
+  return FlaxJudge(make_model(TINY, seed=0), tok, SMALL)
 
 
 def _match(p, q, group=0):
@@ -74,18 +75,17 @@ class ScriptedModel(Transformer):
 
 # ---------------------------------------------------------------- score tokens and reads by hand
 def test_branch_texts_are_json_key_paths(tok):
-  texts = flax_reads.branch_texts(rubric_lib.TRAVEL, "pairwise")
+  texts = reads.branch_texts(rubric_lib.TRAVEL, "pairwise")
   assert len(texts) == 14
   assert texts[0] == '{"Agent_A": {"path": {"breadth": '
   assert texts[-1] == '{"Agent_B": {"answer": {"clarity": '
-  assert flax_reads.branch_texts(rubric_lib.TRAVEL, "pointwise")[3] == '{"answer": {"relevance": '
+  assert reads.branch_texts(rubric_lib.TRAVEL, "pointwise")[3] == '{"answer": {"relevance": '
   # Each branch + a score + closing braces is a valid compact verdict fragment.
   assert json.loads(texts[-1] + "7}}}") == {"Agent_B": {"answer": {"clarity": 7}}}
 
 
 def test_smollm2_scores_are_digit_tokens_and_ten_is_two(tok):
-  digits, ten = flax_reads.score_tokens(tok, flax_reads.branch_texts(rubric_lib.TRAVEL,
-                                                                     "pairwise"))
+  digits, ten = reads.score_tokens(tok, reads.branch_texts(rubric_lib.TRAVEL, "pairwise"))
   assert digits == tuple(tok.token_to_id(str(d)) for d in range(10))
   assert ten == -1  # "10" -> "1", "0": read with a teacher-forced "1"
 
@@ -114,12 +114,12 @@ class CharTokenizer:
 def test_score_tokens_single_token_ten_and_errors():
   texts = ['{"a": ', '{"b": ']
   t = CharTokenizer(merges=("10",))
-  digits, ten = flax_reads.score_tokens(t, texts)
+  digits, ten = reads.score_tokens(t, texts)
   assert ten == t.vocab["10"] and digits == tuple(t.vocab[str(d)] for d in range(10))
   with pytest.raises(ValueError, match="re-tokenizes"):
-    flax_reads.score_tokens(CharTokenizer(merges=(" 7",)), texts)
+    reads.score_tokens(CharTokenizer(merges=(" 7",)), texts)
   with pytest.raises(ValueError, match="neither one token"):
-    flax_reads.score_tokens(CharTokenizer(ten="1_0"), texts)
+    reads.score_tokens(CharTokenizer(ten="1_0"), texts)
 
 
 def _hand_logits(v, weights):
@@ -139,7 +139,7 @@ def test_score_log_probs_two_token_ten_by_hand():
   first = _log_probs(12, {0: 1, 1: 4, 9: 2, 10: 3})
   # After "1": P("0")=.5 (-> 10), P("3")=.25 (-> 13: invalid), P(other)=.25 (the number ends: 1).
   after = _log_probs(12, {0: 2, 3: 1, 11: 1})
-  lp, mass = flax_programs.score_log_probs(first[None, None], after[None, None], range(10), -1)
+  lp, mass = programs.score_log_probs(first[None, None], after[None, None], range(10), -1)
   p = {0: .1, 1: .4 * .25, 9: .2, 10: .4 * .5}
   total = sum(p.values())
   want = np.array([p.get(s, 0) / total for s in range(11)])
@@ -151,7 +151,7 @@ def test_score_log_probs_two_token_ten_by_hand():
 
 def test_score_log_probs_single_token_ten_by_hand():
   first = _log_probs(12, {2: 1, 11: 3, 5: 4})  # token 11 is "10"
-  lp, mass = flax_programs.score_log_probs(first[None, None], None, range(10), 11)
+  lp, mass = programs.score_log_probs(first[None, None], None, range(10), 11)
   np.testing.assert_allclose(np.exp(lp[0, 0]), np.eye(11)[2] * 1 / 8 + np.eye(11)[5] * 4 / 8
                              + np.eye(11)[10] * 3 / 8, atol=1e-6)
   assert float(mass[0, 0]) == pytest.approx(1.0, rel=1e-6)
@@ -163,7 +163,7 @@ def test_fixed_score_logits_give_hand_computed_scores(tok):
   digit = [tok.token_to_id(str(d)) for d in range(10)]
   logits = _hand_logits(TINY.vocab_size, {digit[0]: 1, digit[1]: 4, digit[9]: 2,
                                           tok.token_to_id("x"): 3})
-  judge = flax_judge.FlaxJudge(FixedHead(TINY, logits), tok, SMALL)
+  judge = FlaxJudge(FixedHead(TINY, logits), tok, SMALL)
   expected = 2.32 / 0.46
   (r,) = judge.judge([_match(traj(3), traj(8))])
   assert r.ok and r.requests == 2
@@ -196,14 +196,14 @@ def test_branch_reads_equal_each_branch_as_its_own_sequence(family, attention):
   # Branches sharing leading tokens (one a prefix of another) share trie nodes.
   branches = [[501, 502], [503, 504, 505, 506, 507], [501, 502, 508], [503, 504, 509, 510],
               [511, 512, 513]]
-  layout = flax_programs.BranchLayout.build(branches, tuple(range(10, 20)), -1)
+  layout = programs.BranchLayout.build(branches, tuple(range(10, 20)), -1)
   assert len(layout.tokens) == 2 + 5 + 1 + 2 + 3 + len(branches)  # shared nodes counted once
   tokens = np.zeros((2, 64), np.int32)
   for r, ids in enumerate(rows):
     tokens[r, :len(ids)] = ids
-  cache = flax_programs.prefill_prefix(graphdef, params, prefix[None])
-  probs, mass = flax_programs.score_rows(graphdef, params, cache, tokens,
-                                         np.array([20, 33], np.int32), layout=layout, block=24)
+  cache = programs.prefill_prefix(graphdef, params, prefix[None])
+  probs, mass = programs.score_rows(graphdef, params, cache, tokens,
+                                    np.array([20, 33], np.int32), layout=layout, block=24)
   # Reference: prefix + row + branch + "1" as ONE plain causal sequence per (row, branch), all
   # right-padded into one batch (causal: padding after a sequence cannot change it).
   seqs = [np.concatenate([prefix, ids, branch, [11]]) for ids in rows for branch in branches]
@@ -213,10 +213,10 @@ def test_branch_reads_equal_each_branch_as_its_own_sequence(family, attention):
   oracle, _ = nnx.split(make_model(cfg, seed=1, attention="reference"))
   logits = jax.jit(lambda p, x: nnx.merge(oracle, p)(x)[0])(params, batch)
   logp = jax.nn.log_softmax(logits, axis=-1)
-  reads = np.array([len(seq) - 2 for seq in seqs])  # the branch's last token; then after "1"
+  at = np.array([len(seq) - 2 for seq in seqs])  # the branch's last token; then after "1"
   rows_k = np.arange(len(seqs))
-  lp, m = flax_programs.score_log_probs(logp[rows_k, reads][None], logp[rows_k, reads + 1][None],
-                                        tuple(range(10, 20)), -1)
+  lp, m = programs.score_log_probs(logp[rows_k, at][None], logp[rows_k, at + 1][None],
+                                   tuple(range(10, 20)), -1)
   np.testing.assert_allclose(probs.reshape(-1, 11), np.exp(lp[0]), rtol=2e-4, atol=1e-6)
   np.testing.assert_allclose(mass.reshape(-1), m[0], rtol=2e-4)
 
@@ -249,12 +249,12 @@ def test_batch_results_align_with_inputs(tiny_judge):
 
 def test_set_params_replaces_the_weights_and_the_prefix_cache(tok):
   match = _match(traj(2), traj(7))
-  judge = flax_judge.FlaxJudge(make_model(TINY, seed=0), tok, SMALL)
+  judge = FlaxJudge(make_model(TINY, seed=0), tok, SMALL)
   (before,) = judge.judge([match])
   other = make_model(TINY, seed=5)
   judge.set_params(nnx.split(other)[1])
   (after,) = judge.judge([match])
-  (fresh,) = flax_judge.FlaxJudge(other, tok, SMALL).judge([match])
+  (fresh,) = FlaxJudge(other, tok, SMALL).judge([match])
   assert after.score_p != pytest.approx(before.score_p, abs=1e-6)
   assert (after.score_p, after.score_q) == pytest.approx((fresh.score_p, fresh.score_q), abs=1e-6)
 
@@ -262,7 +262,7 @@ def test_set_params_replaces_the_weights_and_the_prefix_cache(tok):
 def test_one_compiled_program_per_shape_bucket(tok):
   # A model shape of its own, so no other test has compiled these programs.
   cfg = dataclasses.replace(TINY, n_layers=1)
-  judge = flax_judge.FlaxJudge(make_model(cfg), tok, flax_judge.FlaxJudgeConfig(
+  judge = FlaxJudge(make_model(cfg), tok, FlaxJudgeConfig(
       max_rows=2, min_bucket=64, max_user_tokens=1024))
   judge.judge([_match(traj(1), traj(2))])
   assert judge.snapshot()["compiles"] == 2  # the prefix and the (2 rows, bucket) program
@@ -276,15 +276,15 @@ def test_one_compiled_program_per_shape_bucket(tok):
 
 
 def test_token_budget_truncates_with_a_marker_or_fails_cleanly(tok):
-  cfg = flax_judge.FlaxJudgeConfig(max_rows=2, min_bucket=64, max_user_tokens=256)
-  judge = flax_judge.FlaxJudge(make_model(dataclasses.replace(TINY, n_layers=1)), tok, cfg)
+  cfg = FlaxJudgeConfig(max_rows=2, min_bucket=64, max_user_tokens=256)
+  judge = FlaxJudge(make_model(dataclasses.replace(TINY, n_layers=1)), tok, cfg)
   huge = Trajectory("Plan a day in Lyon", (Step(content="Visit the old town. " * 400),))
   row = judge.prompt_row("pairwise", lambda lim: render.render_pairwise(
       judge.rubric, huge.query, huge, traj(3), lim, True))
   assert len(row.ids) <= 256 and "truncated]" in tok.decode(row.ids)
   (r,) = judge.judge([_match(huge, traj(3))])
   assert r.ok and judge.snapshot()["refits"] > 0 and judge.snapshot()["truncations"] > 0
-  tight = flax_judge.FlaxJudge(judge.model, tok, dataclasses.replace(cfg, max_user_tokens=64))
+  tight = FlaxJudge(judge.model, tok, dataclasses.replace(cfg, max_user_tokens=64))
   (r,) = tight.judge([_match(huge, traj(3))])
   assert not r.ok and "max_user_tokens=64" in r.error and r.score_p == r.score_q == 0.0
   assert tight.snapshot()["failed_matches"] == 1
@@ -293,16 +293,16 @@ def test_token_budget_truncates_with_a_marker_or_fails_cleanly(tok):
 # ---------------------------------------------------------------- generative mode
 def _generative(tok, reply: str):
   """A judge whose model writes ``reply`` then EOS after its (equal-length) prompts."""
-  cfg = flax_judge.FlaxJudgeConfig(mode="generative", max_rows=2, max_user_tokens=512,
-                                   max_new_tokens=192, constrained=False)
+  cfg = FlaxJudgeConfig(mode="generative", max_rows=2, max_user_tokens=512,
+                        max_new_tokens=192, constrained=False)
   p, q = traj(4), traj(6)
-  probe = flax_judge.FlaxJudge(make_model(TINY), tok, cfg, compact=True)
+  probe = FlaxJudge(make_model(TINY), tok, cfg, compact=True)
   prefix, _ = probe.prefix_state("pairwise")
   row = probe.prompt_row("pairwise", lambda lim: render.render_pairwise(
       probe.rubric, p.query, p, q, lim, True))
   script = tok.encode(reply) + [tok.eos_id]
   model = ScriptedModel(dataclasses.replace(TINY, n_layers=1), script, len(prefix) + len(row.ids))
-  return flax_judge.FlaxJudge(model, tok, cfg, compact=True), _match(p, q)
+  return FlaxJudge(model, tok, cfg, compact=True), _match(p, q)
 
 
 def test_generative_parses_the_verdict_and_fails_cleanly_on_garbage(tok):
@@ -356,9 +356,9 @@ def test_generative_scripted_replies_distinguish_the_two_orders(tok, monkeypatch
 # ---------------------------------------------------------------- config and SmolLM2
 def test_config_errors_name_the_key():
   with pytest.raises(ValueError, match="judge.flax.mode"):
-    flax_judge.FlaxJudgeConfig(mode="beam")
+    FlaxJudgeConfig(mode="beam")
   with pytest.raises(ValueError, match="judge.flax.max_rows"):
-    flax_judge.FlaxJudgeConfig(max_rows=0)
+    FlaxJudgeConfig(max_rows=0)
   with pytest.raises(ValueError, match=r"judge.flax: unknown key\(s\) \['rows'\]"):
     make_judge({"backend": "flax", "flax": {"rows": 4}})
   with pytest.raises(ValueError, match="both model= and tokenizer="):

@@ -5,7 +5,7 @@ import dataclasses
 import numpy as np
 import pytest
 
-from arenarl_jax.judges import flax_judge, flax_programs, flax_sharing
+from arenarl_jax.judges.flax import FlaxJudge, FlaxJudgeConfig, programs, sharing
 from arenarl_jax.models import config as config_lib
 from arenarl_jax.models.cpu import kernel as cpu_kernel
 from arenarl_jax.models.embedded import find_smollm2_gguf
@@ -26,7 +26,7 @@ def _rows(firsts, seconds, query=(1, 2, 3), long=50, tail=40):
 
 def test_rows_with_the_same_first_player_share_query_and_first_player():
   rows = _rows(range(3), range(3))
-  (c,) = flax_sharing.plan_chunks(rows, max_rows=8, min_shared=16)
+  (c,) = sharing.plan_chunks(rows, max_rows=8, min_shared=16)
   assert sorted(c.rows) == sorted(rows)
   assert [len(s) for s in c.shared] == [53, 53, 53]  # query (3) + first player (50)
   assert c.offset == (53,) * 6
@@ -41,7 +41,7 @@ def test_the_split_that_saves_most_not_the_first_common_run():
   # it with them would cut their common part from 53 to 3 tokens.
   lone = (1, 2, 3) + (99,) * 60
   rows = _rows([100], [1, 2, 3, 4]) + [lone]
-  (c,) = flax_sharing.plan_chunks(rows, max_rows=8, min_shared=1)
+  (c,) = sharing.plan_chunks(rows, max_rows=8, min_shared=1)
   shared_of = {ids: (c.shared[g][:o] if o else ()) for ids, g, o in zip(c.rows, c.group, c.offset)}
   assert shared_of[lone] == ()
   assert {len(v) for k, v in shared_of.items() if k != lone} == {53}
@@ -49,15 +49,15 @@ def test_the_split_that_saves_most_not_the_first_common_run():
 
 def test_no_sharing_below_the_threshold_or_when_disabled():
   rows = _rows(range(3), range(3), long=10)  # query + 10 common tokens = 13 < 16
-  assert all(not c.shared for c in flax_sharing.plan_chunks(rows, 8, min_shared=16))
-  chunks = flax_sharing.plan_chunks(_rows(range(3), range(3)), 4, min_shared=0)
+  assert all(not c.shared for c in sharing.plan_chunks(rows, 8, min_shared=16))
+  chunks = sharing.plan_chunks(_rows(range(3), range(3)), 4, min_shared=0)
   assert all(not c.shared and set(c.offset) == {0} for c in chunks)
   assert [len(c.rows) for c in chunks] == [4, 2]
 
 
 def test_chunks_are_filled_and_a_cut_group_shares_in_both_chunks():
   rows = _rows(range(4), range(4))  # 4 groups of 3
-  chunks = flax_sharing.plan_chunks(rows, max_rows=8, min_shared=16)
+  chunks = sharing.plan_chunks(rows, max_rows=8, min_shared=16)
   assert [len(c.rows) for c in chunks] == [8, 4]
   assert [len(c.shared) for c in chunks] == [3, 2]
   assert chunks[0].shared[2] == chunks[1].shared[0]  # the cut group, in both
@@ -66,7 +66,7 @@ def test_chunks_are_filled_and_a_cut_group_shares_in_both_chunks():
 
 def test_a_row_keeps_a_token_of_its_own():
   short = (5, 6, 7, 8)
-  (c,) = flax_sharing.plan_chunks([short, short + (1,), short + (2,)], 8, min_shared=2)
+  (c,) = sharing.plan_chunks([short, short + (1,), short + (2,)], 8, min_shared=2)
   assert all(1 <= len(t) for t in c.tails())
   assert dict(zip(c.rows, c.offset))[short] == 3
 
@@ -78,7 +78,7 @@ def test_plan_invariants_on_random_rows():
     rows = list({b + tuple(rng.integers(0, 3, rng.integers(1, 10)).tolist())
                  for b in base for _ in range(5)})
     max_rows = int(rng.integers(1, 9))
-    chunks = flax_sharing.plan_chunks(rows, max_rows, min_shared=int(rng.integers(0, 6)))
+    chunks = sharing.plan_chunks(rows, max_rows, min_shared=int(rng.integers(0, 6)))
     seen = [ids for c in chunks for ids in c.rows]
     assert sorted(seen) == sorted(rows), trial  # every row exactly once
     for c in chunks:
@@ -89,9 +89,9 @@ def test_plan_invariants_on_random_rows():
 
 def test_chunk_rejects_a_row_that_does_not_begin_with_its_shared_part():
   with pytest.raises(ValueError, match="row 0 does not begin"):
-    flax_sharing.Chunk(((1, 2, 3),), ((1, 5),), (0,), (2,))
+    sharing.Chunk(((1, 2, 3),), ((1, 5),), (0,), (2,))
   with pytest.raises(ValueError, match="at least one token"):
-    flax_sharing.Chunk(((1, 2),), ((1, 2),), (0,), (2,))
+    sharing.Chunk(((1, 2),), ((1, 2),), (0,), (2,))
 
 
 def _pow2(n: int) -> int:
@@ -105,15 +105,15 @@ def test_cut_finds_the_cheapest_cut_of_its_order():
     groups = rng.integers(0, 3, int(rng.integers(1, 8))).tolist()  # group g shares 5g tokens
     order = [(tuple(range(int(rng.integers(11, 40)))), g, 5 * g) for g in groups]
     max_rows, call = int(rng.integers(1, 5)), int(rng.integers(0, 30))
-    total = lambda plan: sum(flax_sharing.chunk_cost(c, pad, _pow2) + call for c in plan)
-    got = flax_sharing.cut(order, max_rows, pad, _pow2, call)
+    total = lambda plan: sum(sharing.chunk_cost(c, pad, _pow2) + call for c in plan)
+    got = sharing.cut(order, max_rows, pad, _pow2, call)
     assert [ids for c in got for ids in c.rows] == [ids for ids, _, _ in order], trial
     assert max(len(c.rows) for c in got) <= max_rows
 
     def brute(items):  # every cut into consecutive pieces of <= max_rows
       if not items:
         return 0
-      return min(total([flax_sharing.cut(items[:k], k)[0]]) + brute(items[k:])
+      return min(total([sharing.cut(items[:k], k)[0]]) + brute(items[k:])
                  for k in range(1, min(max_rows, len(items)) + 1))
     assert total(got) == brute(order), trial
 
@@ -121,13 +121,13 @@ def test_cut_finds_the_cheapest_cut_of_its_order():
 def test_a_group_is_split_between_chunks_only_when_that_pads_less():
   rows = _rows(range(4), range(4))  # 4 groups of 3 rows: 53 common tokens, 41 of their own
   # Counting rows as they are, splitting a group runs its beginning twice: no group is split.
-  chunks = flax_sharing.plan_chunks(rows, 8, 16, pad=lambda n: n)
+  chunks = sharing.plan_chunks(rows, 8, 16, pad=lambda n: n)
   assert [len(c.rows) for c in chunks] == [6, 6] and [len(c.shared) for c in chunks] == [2, 2]
   # With rows padded to powers of two, 6 rows cost 8: 8 + 4 rows, one group in both chunks,
   # run 12 x 41 + 6 x 53 tokens instead of 16 x 41 + 4 x 53.
-  chunks = flax_sharing.plan_chunks(rows, 8, 16, pad=lambda n: n, pad_rows=_pow2)
+  chunks = sharing.plan_chunks(rows, 8, 16, pad=lambda n: n, pad_rows=_pow2)
   assert sorted(len(c.rows) for c in chunks) == [4, 8]
-  assert sum(flax_sharing.chunk_cost(c, pad_rows=_pow2) for c in chunks) == 12 * 41 + 6 * 53
+  assert sum(sharing.chunk_cost(c, pad_rows=_pow2) for c in chunks) == 12 * 41 + 6 * 53
   assert len({s for c in chunks for s in c.shared}) == 4  # one beginning in both chunks
 
 
@@ -161,7 +161,7 @@ def test_shared_beginnings_give_the_verdicts_of_separate_rows(tok, attention):
   matches = _round_robin(4)
   scores, snaps = {}, {}
   for min_shared in (0, 64):
-    judge = flax_judge.FlaxJudge(model, tok, flax_judge.FlaxJudgeConfig(
+    judge = FlaxJudge(model, tok, FlaxJudgeConfig(
         max_rows=8, max_user_tokens=1024, min_shared_tokens=min_shared))
     results = judge.judge(matches)
     assert all(r.ok for r in results)
@@ -179,11 +179,11 @@ def test_shared_beginnings_give_the_verdicts_of_separate_rows(tok, attention):
 
 def test_one_program_per_shared_shape(tok):
   cfg = dataclasses.replace(config_lib.PRESETS["tiny"], n_layers=1, d_model=48)
-  judge = flax_judge.FlaxJudge(make_model(cfg), tok, flax_judge.FlaxJudgeConfig(
+  judge = FlaxJudge(make_model(cfg), tok, FlaxJudgeConfig(
       max_rows=8, max_user_tokens=1024))
-  before = dict(flax_programs.TRACES)
+  before = dict(programs.TRACES)
   judge.judge(_round_robin(4))
-  new = [k for k, v in flax_programs.TRACES.items()
+  new = [k for k, v in programs.TRACES.items()
          if k[0] == "score_rows" and v > before.get(k, 0)]
   # 12 prompts, 3 per first trajectory: chunks of 8 and 4 rows (the third group is cut), with 3
   # and 2 shared beginnings: one program each, the first with 4 shared rows (a power of two).
@@ -194,10 +194,10 @@ def test_one_program_per_shared_shape(tok):
 
 
 def test_the_judge_plans_the_fewest_padded_tokens(tok):
-  judge = flax_judge.FlaxJudge(make_model(config_lib.PRESETS["tiny"]), tok,
-                               flax_judge.FlaxJudgeConfig(max_rows=4, min_shared_tokens=8))
+  judge = FlaxJudge(make_model(config_lib.PRESETS["tiny"]), tok,
+                    FlaxJudgeConfig(max_rows=4, min_shared_tokens=8))
   call = 2 * judge.config.block_tokens
-  cost = lambda plan: sum(flax_sharing.chunk_cost(c, judge._pad, judge._pad_rows) + call
+  cost = lambda plan: sum(sharing.chunk_cost(c, judge._pad, judge._pad_rows) + call
                           for c in plan)
   rng = np.random.default_rng(1)
   chose = set()
@@ -208,11 +208,11 @@ def test_the_judge_plans_the_fewest_padded_tokens(tok):
     plan = judge._plan(rows)
     assert sorted(ids for c in plan for ids in c.rows) == rows
     # Never more than without sharing, nor than chunks filled in order (with or without it).
-    plain = flax_sharing.plan_chunks(rows, 4, 0, judge._pad, judge._pad_rows, call)
-    assert cost(plan) <= min(cost(plain), cost(flax_sharing.plan_chunks(rows, 4, 0)),
-                             cost(flax_sharing.plan_chunks(rows, 4, 8)))
+    plain = sharing.plan_chunks(rows, 4, 0, judge._pad, judge._pad_rows, call)
+    assert cost(plan) <= min(cost(plain), cost(sharing.plan_chunks(rows, 4, 0)),
+                             cost(sharing.plan_chunks(rows, 4, 8)))
     # The counters and compiled shapes follow the same padding.
-    assert [flax_sharing.chunk_cost(c, judge._pad, judge._pad_rows) for c in plan] == [
+    assert [sharing.chunk_cost(c, judge._pad, judge._pad_rows) for c in plan] == [
         n * t + b * l for n, t, b, l in map(judge._shape, plan)]
     chose.add(any(c.shared for c in plan))
   assert chose == {True, False}  # both outcomes occur in this sample
