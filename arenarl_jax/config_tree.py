@@ -9,6 +9,7 @@ library (plus ml_collections): loading a config imports neither jax nor any back
 """
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 import ml_collections
@@ -281,3 +282,32 @@ def use_noisy_rubric_judge(config: ml_collections.ConfigDict) -> None:
   config.judge.rubric = ""
   for key, value in NOISY_RUBRIC_JUDGE.items():
     config.judge.noise[key] = value
+
+
+def flat(tree: Any, prefix: str = "") -> dict[str, Any]:
+  """A config (``ConfigDict`` or nested mappings) as ``{"a.b.c": value}``, keys sorted, tuples
+  as lists (as JSON reads them back)."""
+  if isinstance(tree, (ml_collections.ConfigDict, Mapping)):
+    out = {}
+    for k in sorted(tree.keys()):
+      out.update(flat(tree[k], f"{prefix}{k}."))
+    return out
+  return {prefix[:-1]: list(tree) if isinstance(tree, tuple) else tree}
+
+
+def stale_keys(recorded: Mapping[str, Any], current: Mapping[str, Any],
+               defaults: Mapping[str, Any]) -> list[str]:
+  """The keys of two flat settings maps (``{"a.b": value}``) whose values make a result made
+  with ``recorded`` differ from one made with ``current``: a changed or removed key, or a key the
+  record lacks at a value other than its default in ``defaults`` (a key added later at the
+  value that keeps the old behaviour changes nothing). Sorted."""
+  out = []
+  for key in sorted(set(recorded) | set(current)):
+    if key not in current:
+      out.append(key)
+    elif key not in recorded:
+      if key not in defaults or current[key] != defaults[key]:
+        out.append(key)
+    elif recorded[key] != current[key]:
+      out.append(key)
+  return out

@@ -20,7 +20,8 @@ import numpy as np
 import pytest
 
 from arenarl_jax.eval import bootstrap
-from arenarl_jax.experiments import claims, hierarchical, pooling, record, runner, tables
+from arenarl_jax.experiments import claims, hierarchical, pooling, record, runner, staleness
+from arenarl_jax.experiments import tables
 from arenarl_jax.experiments import study as study_lib
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
@@ -65,6 +66,11 @@ def test_every_run_has_a_result_file_with_its_outcomes_and_provenance(smoke):
     assert p["config_hash"] == study_lib.config_hash(run)  # what ran is what the study says
     assert len(p["commit"]) == 40 and isinstance(p["dirty"], bool)
     assert {"jax", "flax", "optax", "numpy", "load_start", "load_end", "wall_s"} <= set(p)
+    # What staleness compares, recorded from what ran: it matches what the study resolves to.
+    assert p["settings"] == staleness.settings(study_lib.resolve(run.config, run.overrides,
+                                                                 run.seed))
+    assert p["start"] is None and p["dataset"] == runner.sft_data(run)
+  assert runner.stale(folder, study.runs) == {}
   assert results[0]["overrides"] == {"rl.advantage_control": "none", "rl.steps": 1}
   # One SFT stage served all three runs, and no run trained SFT again.
   assert stdout.count("sft stage") == 1

@@ -248,3 +248,32 @@ def test_a_judge_that_cannot_run_is_recorded_and_tried_again(tmp_path, capsys, m
       "('search',)", "('compare',)"))
   with pytest.raises(ValueError, match=r"exact\.json: made on pair set"):
     agreement.main([str(tmp_path), "--preset=smoke", f"--out={tmp_path}"])
+
+
+def test_check_says_whether_every_judge_is_current(tmp_path, capsys):
+  # ``python -m arenarl_jax.experiments.run <agreement study> --check``: a judge whose options
+  # changed since its result file is stale (named by key), judged again by the command, and
+  # ``--tables-only`` refuses to table it.
+  from arenarl_jax.experiments import run as run_cli  # pylint: disable=import-outside-toplevel
+  study = ("from arenarl_jax.experiments.agreement import JudgeSpec, PairSet\n"
+           "from arenarl_jax.experiments.agreement_metrics import Check\n"
+           "CHECKS = (Check('noisy above chance', 'noisy', 'agreement', 0.5),)\n"
+           "def pair_set(preset):\n  return PairSet(per_bin=1, subtasks=('search',))\n"
+           "def judges(preset):\n  return [JudgeSpec('noisy', 'rubric', options={'noise': "
+           "{'pointwise_std': STD}})]\n")
+  (tmp_path / "study.py").write_text(study.replace("STD", "1.0"))
+  args = ["--preset=smoke", f"--out={tmp_path}"]
+  assert run_cli.main([str(tmp_path), "--check", *args]) == 1
+  assert "missing noisy: no result file" in capsys.readouterr().out
+  _main(capsys, tmp_path, *args)
+  assert run_cli.main([str(tmp_path), "--check", *args]) == 0
+  assert capsys.readouterr().out.strip().endswith("0 missing, 0 stale; 1 checks, 0 not run yet: "
+                                                  "current")
+  (tmp_path / "study.py").write_text(study.replace("STD", "2.0"))
+  assert run_cli.main([str(tmp_path), "--check", *args]) == 1
+  assert "stale noisy: options.noise.pointwise_std: 1.0 -> 2.0" in capsys.readouterr().out
+  with pytest.raises(SystemExit, match="made with other settings"):
+    agreement.main([str(tmp_path), *args, "--tables-only"])
+  out = _main(capsys, tmp_path, *args)
+  assert "judge noisy: its result file is stale" in out and "ran 1 judge(s)" in out
+  assert run_cli.main([str(tmp_path), "--check", *args]) == 0

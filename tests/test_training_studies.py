@@ -68,7 +68,8 @@ def test_topologies_smoke_reports_cost_and_rank_recovery(studies):
   assert "<!-- simulation:start -->" in text  # the simulation's block is left alone
   block = _block(folder)
   assert "| anchor | 27.8 | 6.0 |" in block and "| round_robin | 32.9 | 12.0 |" in block
-  assert "| round_robin above anchor | ARENARL.md §4: 32.9 vs 27.8 |" in block
+  assert ("| round_robin above anchor | arXiv 2601.06487, topology ablation: 32.9 vs 27.8 |"
+          in block)
   assert "not run yet" in block  # swiss and the eliminations have no smoke run
   assert "Correlation over runs of rank recovery" in block and "n = " in block
 

@@ -26,7 +26,10 @@ committed, ``<study>/work/<preset>`` otherwise): ``results/<judge>.json`` per ju
 could not start is recorded with ``skipped`` and tried again on the next run), then from those
 files alone ``summary.csv``, ``agreement.png`` and the block between the results markers of
 ``README.md``. The output ends with ``RESULT pairs=... judges=... agreement_<judge>=...
-wall_s=...`` (``wall_s``: the judges' own times, summed from the result files).
+wall_s=...`` (``wall_s``: the judges' own times, summed from the result files). A result file
+made with other options than its judge's now is stale: judged again (``--tables-only`` refuses
+to table it); ``python -m arenarl_jax.experiments.run <study> --check`` says whether every
+judge's file is current (``check``).
 """
 from __future__ import annotations
 
@@ -44,7 +47,7 @@ from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
 
-from arenarl_jax import judges
+from arenarl_jax import config_tree, judges
 from arenarl_jax.data import env_examples
 from arenarl_jax.envs import base
 from arenarl_jax.experiments import agreement_metrics as am
@@ -301,6 +304,57 @@ def run_judge(spec: JudgeSpec, pairs: Sequence[Pair], env, out: pathlib.Path, di
   return rec
 
 
+def stale_reasons(rec: Mapping[str, Any], spec: JudgeSpec, digest: str | None) -> list[str]:
+  """Why a judge's result file is not what ``spec`` would write now: another kind, another
+  option (by dotted key) or, with ``digest``, another pair set. ``[]``: it is current."""
+  out = [] if rec.get("kind") == spec.kind else [f"kind: {rec.get('kind')} -> {spec.kind}"]
+  recorded = config_tree.flat(rec.get("options") or {})
+  now = config_tree.flat(json.loads(json.dumps(dict(spec.options))))
+  for key in sorted(set(recorded) | set(now)):
+    if recorded.get(key, "<absent>") != now.get(key, "<absent>"):
+      out.append(f"options.{key}: {recorded.get(key, '<absent>')!r} -> "
+                 f"{now.get(key, '<absent>')!r}")
+  if digest is not None and rec.get("pairs_hash") != digest:
+    out.append(f"pair set: {rec.get('pairs_hash')} -> {digest}")
+  return out
+
+
+def check(directory: str | pathlib.Path, preset: str = "full", out: str = "",
+          say: Callable[[str], None] = print) -> int:
+  """``python -m arenarl_jax.experiments.run <agreement study> --check``: 0 when every judge of
+  the preset has a result file made on the study's pair set with its options now (and not
+  skipped) and every check names judges that ran; otherwise 1, saying why. Builds the pair set
+  (seconds), runs no judge, writes nothing."""
+  study = load_study(directory, preset)
+  folder = pathlib.Path(out).resolve() if out else (
+      study.directory if preset == "full" else study.directory / "work" / preset)
+  digest = pairs_hash(build_pairs(study.pair_set))
+  missing, stale, ran = [], [], set()
+  for spec in study.judges:
+    path = result_path(folder, spec)
+    if not path.is_file():
+      missing.append(f"missing {spec.name}: no result file")
+      continue
+    rec = json.loads(path.read_text())
+    if rec.get("skipped"):
+      missing.append(f"missing {spec.name}: skipped ({rec['skipped']})")
+      continue
+    why = stale_reasons(rec, spec, digest)
+    if why:
+      stale.append(f"stale {spec.name}: " + "; ".join(why))
+    else:
+      ran.add(spec.name)
+  not_run = [f"not run yet: {c.text} ({c.judge})" for c in study.checks
+             if c.judge not in ran]
+  for line in missing + stale + not_run:
+    say(line)
+  ok = not (missing or stale or not_run)
+  say(f"{study.directory.name} ({preset}): {len(study.judges)} judges on pair set {digest}, "
+      f"{len(missing)} missing, {len(stale)} stale; {len(study.checks)} checks, "
+      f"{len(not_run)} not run yet: " + ("current" if ok else "NOT current"))
+  return 0 if ok else 1
+
+
 def load_result(out: pathlib.Path, spec: JudgeSpec, digest: str) -> dict[str, Any] | None:
   """``spec``'s result file, or None; an error when it was made on another pair set."""
   path = result_path(out, spec)
@@ -369,6 +423,13 @@ def main(argv: list[str] | None = None) -> int:
   results, ran = [], 0
   for spec in study.judges:
     rec = load_result(out, spec, digest)
+    why = stale_reasons(rec, spec, None) if rec is not None else []
+    if why and args.tables_only:
+      raise SystemExit(f"{result_path(out, spec)}: made with other settings than the study's "
+                       f"now ({'; '.join(why)}): run without --tables-only to judge again")
+    if why:
+      say(f"judge {spec.name}: its result file is stale ({'; '.join(why)}); judging again")
+      rec = None
     if rec is None or (rec.get("skipped") and not args.tables_only):
       if args.tables_only:
         continue

@@ -26,7 +26,7 @@ class Claim:
   arm: str
   versus: str  # another arm, or "start" (the run's own starting policy)
   direction: int = 1
-  source: str = ""  # where the paper reports it (e.g. "ARENARL.md §8")
+  source: str = ""  # where the paper reports it (e.g. "arXiv 2601.06487, main results")
 
   def __post_init__(self):
     if self.direction not in (1, -1):

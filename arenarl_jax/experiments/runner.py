@@ -14,8 +14,11 @@ A run that shares an SFT stage gets a copy of the stage's ``sft/`` (checkpoint a
 pipeline's SFT stage then finds its finished checkpoint and trains nothing (``sft/stage.py``
 resumes from ``<workdir>/sft``), so RL and both evaluations run as in a fresh pipeline. Copies,
 not links: the pipeline appends to files in ``sft/``.
-A run whose result file exists is skipped without starting anything; a run that stopped half way
-resumes from its workdir.
+A run whose result file exists and is current is skipped without starting anything; a run
+whose result file is stale (``staleness.py``: a value that shapes its result differs from what
+its study resolves to now, or the file predates those records) runs again in a fresh workdir; a
+run that stopped half way resumes from its workdir, unless the workdir's config holds other
+settings than the run's now (then it starts again).
 """
 from __future__ import annotations
 
@@ -28,8 +31,8 @@ import sys
 import time
 from typing import Callable
 
-from arenarl_jax import run_config
-from arenarl_jax.experiments import provenance, record
+from arenarl_jax import config_tree, run_config
+from arenarl_jax.experiments import provenance, record, staleness
 from arenarl_jax.experiments import study as study_lib
 from arenarl_jax.experiments.study import Run
 
@@ -126,10 +129,26 @@ def ran_config_hash(workdir: pathlib.Path, drop: tuple[str, ...] = ()) -> str:
   return study_lib.tree_digest(study_lib.without(tree, drop))
 
 
+def clear_other_settings(workdir: pathlib.Path, run: Run) -> bool:
+  """Removes a half-finished ``workdir`` whose ``config.json`` holds other settings than
+  ``run``'s now (resuming it would finish a run the study no longer defines). Returns whether it
+  did."""
+  if not (workdir / run_config.CONFIG_FILE).is_file():
+    return False
+  ran = staleness.settings(run_config.read_tree(str(workdir)))
+  now = staleness.settings(study_lib.resolve(run.config, run.overrides, run.seed))
+  if not config_tree.stale_keys(ran, now, staleness.defaults()):
+    return False
+  shutil.rmtree(workdir)
+  return True
+
+
 def run_one(out: pathlib.Path, run: Run, say: Callable[[str], None]) -> dict:
   """Runs ``run``'s pipeline and writes its result file; returns the record."""
-  sft_dir = sft_stage(out, run, say) if run.share_sft else None
   workdir = out / "work" / run.name
+  if clear_other_settings(workdir, run):
+    say(f"run {run.name}: its workdir ran other settings; starting it again")
+  sft_dir = sft_stage(out, run, say) if run.share_sft else None
   if sft_dir is not None and seed_workdir(sft_dir, workdir):
     say(f"run {run.name}: its workdir was seeded from an SFT stage trained on other data; "
         "starting it again")
@@ -147,7 +166,10 @@ def run_one(out: pathlib.Path, run: Run, say: Callable[[str], None]) -> dict:
       "tasks": record.tasks(str(workdir)),
       "finish": record.finishes(str(workdir)),
       # The hash of the config ``main`` wrote (what ran); ``study.config_hash`` predicts it.
+      # ``settings``, ``start``, ``dataset``: what staleness.py compares with the study now.
       "provenance": {**state, "config_hash": ran_config_hash(workdir),
+                     **staleness.facts(run_config.read(str(workdir)),
+                                       run_config.read_tree(str(workdir))),
                      "sft_hash": study_lib.sft_hash(run) if run.share_sft else None,
                      "seed": run.seed, **provenance.versions(), "load_start": load_start,
                      "load_end": provenance.load(), "wall_s": round(wall, 1)},
@@ -160,16 +182,41 @@ def run_one(out: pathlib.Path, run: Run, say: Callable[[str], None]) -> dict:
   return rec
 
 
+def stale_reasons(out: pathlib.Path, run: Run,
+                  base: dict | None = None) -> list[str] | None:
+  """Why ``run``'s result file is stale (``staleness.reasons``; ``[]``: it is current), or
+  None when it has none."""
+  path = result_path(out, run)
+  if not path.is_file():
+    return None
+  rec = json.loads(path.read_text())
+  return staleness.reasons(rec.get("provenance", {}),
+                           study_lib.resolve(run.config, run.overrides, run.seed), base)
+
+
+def stale(out: pathlib.Path, runs: tuple[Run, ...]) -> dict[str, list[str]]:
+  """{run: why} for every run whose result file exists and is stale, in the study's order."""
+  base = staleness.defaults()
+  found = {run.name: stale_reasons(out, run, base) for run in runs}
+  return {name: why for name, why in found.items() if why}
+
+
 def run_missing(out: pathlib.Path, runs: tuple[Run, ...],
                 say: Callable[[str], None] = print) -> dict[str, str]:
-  """Runs every run without a result file, in order; returns {run: "skipped" | "ran"}."""
-  status = {}
+  """Runs every run without a current result file, in order: missing ones, and stale ones again
+  from a fresh workdir (their old result file stays until the new one replaces it). Returns
+  {run: "skipped" | "ran" | "stale"} ("stale": ran again)."""
+  status, base = {}, staleness.defaults()
   for run in runs:
-    if result_path(out, run).is_file():
+    why = stale_reasons(out, run, base)
+    if why == []:
       status[run.name] = "skipped"
       continue
+    if why:
+      say(f"run {run.name}: its result file is stale ({'; '.join(why)}); running it again")
+      shutil.rmtree(out / "work" / run.name, ignore_errors=True)
     run_one(out, run, say)
-    status[run.name] = "ran"
+    status[run.name] = "ran" if why is None else "stale"
   return status
 
 

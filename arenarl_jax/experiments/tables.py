@@ -1,8 +1,10 @@
 """A study's tables from its result files: ``results.csv``, ``steps.csv`` and the README block.
 
-Every table is a function of the result files alone (no timestamps, fixed column order and
-formatting), so running the command again over the same results rewrites identical files. The
-markdown block replaces what lies between ``START`` and ``END`` in the study's README.
+Every table is a function of the result files and of which of them are stale (no timestamps,
+fixed column order and formatting), so running the command again over the same results rewrites
+identical files. A claim that pools a stale run (``staleness.py``) gets no verdict: it reads
+``stale`` and names those runs in ``claims.csv``'s ``stale_runs``. The markdown block replaces
+what lies between ``START`` and ``END`` in the study's README.
 """
 from __future__ import annotations
 
@@ -11,7 +13,7 @@ import io
 import json
 import math
 import pathlib
-from typing import Sequence
+from typing import Collection, Mapping, Sequence
 
 from arenarl_jax.experiments import claims, pooling
 from arenarl_jax.experiments.record import OUTCOMES, STEP_KEYS
@@ -63,7 +65,7 @@ def steps_csv(results: Sequence[dict]) -> str:
 
 
 CLAIM_KEYS = ("study", "claim", "outcome", "arm", "versus", "direction", "paper", "gap", "low",
-              "high", "seeds", "tasks", "verdict", "command")
+              "high", "seeds", "tasks", "verdict", "stale_runs", "command")
 
 
 def command(study: Study) -> str:
@@ -85,11 +87,19 @@ def check_claim_arms(study: Study) -> None:
                          f"arm {name!r}, which the study does not define; known arms: {known}")
 
 
-def claims_csv(study: Study, results: Sequence[dict]) -> str:
+def stale_in(claim, results: Sequence[dict], stale: Collection[str]) -> list[str]:
+  """The stale runs (names in ``stale``) among the results of the arms ``claim`` compares."""
+  arms = {claim.arm} | ({claim.versus} - {pooling.START})
+  return [r["run"] for r in results if stale and r["arm"] in arms and r["run"] in stale]
+
+
+def claims_csv(study: Study, results: Sequence[dict], stale: Collection[str] = ()) -> str:
   """One row per claim: the paper's statement and source, our gap with its interval, the
-  verdict (``not run yet`` while a defined arm has no result file; an arm the study does not
-  define is a ValueError, ``check_claim_arms``) and the command; the rows the README's
-  top-level results table is generated from (``scripts/readme_claims.py``)."""
+  verdict (``not run yet`` while a defined arm has no result file; ``stale`` when it would pool
+  a run named in ``stale``, listed in ``stale_runs``: the numbers are the old runs', the verdict
+  is withheld; an arm the study does not define is a ValueError, ``check_claim_arms``) and the
+  command; the rows the README's top-level results table is generated from
+  (``scripts/readme_claims.py``). ``stale`` empty tables every result as current."""
   check_claim_arms(study)
   rows = []
   for claim in study.claims:
@@ -98,15 +108,36 @@ def claims_csv(study: Study, results: Sequence[dict]) -> str:
            "paper": claim.source, "command": command(study)}
     try:
       gap, word = claims.check(claim, results, study.bootstrap_samples, study.bootstrap_seed)
-      row.update(gap=f"{gap.value:.4f}", low=f"{gap.low:.4f}", high=f"{gap.high:.4f}",
-                 seeds=gap.seeds, tasks=gap.tasks, verdict=word)
     except (KeyError, ValueError):
       row.update(verdict=NOT_RUN)
+    else:
+      old = stale_in(claim, results, stale)
+      row.update(gap=f"{gap.value:.4f}", low=f"{gap.low:.4f}", high=f"{gap.high:.4f}",
+                 seeds=gap.seeds, tasks=gap.tasks, verdict=STALE if old else word,
+                 stale_runs=" ".join(old))
     rows.append(row)
   return _csv(CLAIM_KEYS, rows)
 
 
 NOT_RUN = "not run yet"
+STALE = "stale"
+
+
+def stale_lines(stale: Mapping[str, Sequence[str]], total: int) -> list[str]:
+  """The README block's note on stale result files: runs grouped by the same reasons."""
+  if not stale:
+    return []
+  groups: dict[tuple[str, ...], list[str]] = {}
+  for name, why in stale.items():
+    groups.setdefault(tuple(why), []).append(name)
+  lines = [f"**{len(stale)} of {total} result files are stale**: the values that shape a "
+           f"result, as `study.py` resolves them now, differ from what they record, or they "
+           f"record none (`arenarl_jax/experiments/staleness.py`). No claim that pools them gets "
+           f"a verdict (it reads **{STALE}**; the numbers are the old runs'). The study command "
+           f"runs them again; `--check` lists why.", ""]
+  for why, names in groups.items():
+    lines.append(f"- {', '.join(names)}: {'; '.join(why)}")
+  return lines
 
 
 def _num(x: float, signed: bool = False) -> str:
@@ -121,10 +152,13 @@ def _cell(iv, signed: bool = False) -> str:
   return f"{_num(iv.value, signed)} [{_num(iv.low, signed)}, {_num(iv.high, signed)}]"
 
 
-def markdown(study: Study, results: Sequence[dict], figures: Sequence[str]) -> str:
+def markdown(study: Study, results: Sequence[dict], figures: Sequence[str],
+             stale: Mapping[str, Sequence[str]] | None = None) -> str:
   """The README block: per arm the pooled outcomes at the end and the change from the start,
-  then each claim's gap and verdict (``check_claim_arms`` first), then the study's own
-  ``report`` lines, then the figures."""
+  then which result files are stale and why (``stale``: {run: reasons}), then each claim's gap
+  and verdict (``check_claim_arms`` first; ``stale`` for a claim that pools a stale run), then
+  the study's own ``report`` lines, then the figures."""
+  stale = stale or {}
   check_claim_arms(study)
   samples, seed = study.bootstrap_samples, study.bootstrap_seed
   commits = sorted({(r["provenance"]["commit"][:10] + (" (dirty)" if r["provenance"]["dirty"]
@@ -145,15 +179,19 @@ def markdown(study: Study, results: Sequence[dict], figures: Sequence[str]) -> s
     lines.append(f"| {arm} | {', '.join(map(str, seeds))} | {ends[0].tasks} | "
                  + " | ".join(_cell(e) for e in ends) + " | "
                  + " | ".join(_cell(g, True) for g in gaps) + " |")
+  if stale:
+    lines += ["", *stale_lines(stale, len(results))]
   if study.claims:
     lines += ["", "| claim (the paper's direction) | where the paper says so | outcome "
               "| our gap [95%] | seeds x tasks | verdict |", "|---|---|---|---|---|---|"]
     for claim in study.claims:
       try:
         gap, word = claims.check(claim, results, samples, seed)
-        cells = (_cell(gap, True), f"{gap.seeds} x {gap.tasks}", f"**{word}**")
       except (KeyError, ValueError) as e:  # an arm without results yet
         cells = ("-", "-", f"{NOT_RUN} ({e})")
+      else:
+        word = STALE if stale_in(claim, results, stale) else word
+        cells = (_cell(gap, True), f"{gap.seeds} x {gap.tasks}", f"**{word}**")
       lines.append(f"| {claim.text} | {claim.source or '-'} | {LABELS[claim.metric]} | "
                    + " | ".join(cells) + " |")
   if study.report is not None and results:

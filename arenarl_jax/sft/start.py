@@ -64,15 +64,6 @@ def start_dir(config: ml_collections.ConfigDict) -> str:
   return config.start.dir or os.path.join(STARTS_DIR, config.start.name)
 
 
-def _flat(tree: Any, prefix: str = "") -> dict[str, Any]:
-  if isinstance(tree, (ml_collections.ConfigDict, Mapping)):
-    out = {}
-    for k in sorted(tree.keys()):
-      out.update(_flat(tree[k], f"{prefix}{k}."))
-    return out
-  return {prefix[:-1]: list(tree) if isinstance(tree, tuple) else tree}
-
-
 def _read(key: str) -> bool:
   under = lambda k, p: k == p or k.startswith(p + ".")
   return any(under(key, p) for p in BUILD_READS) and not any(under(key, p) for p in NOT_READ)
@@ -80,7 +71,7 @@ def _read(key: str) -> bool:
 
 def build_settings(config: ml_collections.ConfigDict) -> dict[str, Any]:
   """Every value of ``config`` the build reads, by dotted key."""
-  return {k: v for k, v in _flat(config).items() if _read(k)}
+  return {k: v for k, v in config_tree.flat(config).items() if _read(k)}
 
 
 def settings_hash(settings: Mapping[str, Any]) -> str:
@@ -93,16 +84,7 @@ def stale_keys(recorded: Mapping[str, Any], current: Mapping[str, Any],
   changed or removed key, or a key the record lacks at a value other than its default (a key
   added later at the value that keeps the old behaviour changes nothing)."""
   defaults = build_settings(config_tree.make_base_config()) if defaults is None else defaults
-  out = []
-  for key in sorted(set(recorded) | set(current)):
-    if key not in current:
-      out.append(key)
-    elif key not in recorded:
-      if key not in defaults or current[key] != defaults[key]:
-        out.append(key)
-    elif recorded[key] != current[key]:
-      out.append(key)
-  return out
+  return config_tree.stale_keys(recorded, current, defaults)
 
 
 def read_record(directory: str) -> dict[str, Any]:

@@ -37,7 +37,8 @@ ORACLE = {NOISE + "pointwise_std": 0.0, NOISE + "pairwise_std": 0.0,
           NOISE + "position_bias": 0.0, NOISE + "saturation": 0.0}
 REPEATS = 3  # 3 requests x 4 trajectories = 12 = 4(N - 1) for N = 4
 SEEDS = (0, 1, 2)
-PAPER = {"arena": 41.8, "grpo": 16.4, "gspo": 17.2}  # ARENARL.md §8, Open-Travel avg win rate
+PAPER = {"arena": 41.8, "grpo": 16.4, "gspo": 17.2}  # Open-Travel average win rate
+SOURCE = "arXiv 2601.06487, main results"
 
 
 def _claims():
@@ -47,7 +48,7 @@ def _claims():
       for metric in ("solved", "win_vs_reference", "met"):
         out.append(Claim(f"{regime}: arena above {base}", metric, f"arena_{regime}",
                          f"{base}_{regime}",
-                         source=f"ARENARL.md §8: {PAPER['arena']} vs {PAPER[base]}"))
+                         source=f"{SOURCE}: {PAPER['arena']} vs {PAPER[base]}"))
   return tuple(out)
 
 

@@ -6,10 +6,10 @@ and the same 16 trajectories per RL step, from one shared SFT checkpoint.
 
 Arms ``n4``, ``n8``, ``n16``: ``sampling.group_size`` = N and ``rl.prompts_per_step`` = 16 / N
 (4, 2, 1 prompts), so every step samples, scores and trains on 16 trajectories; three seeds each
-of ``configs/quickstart.py:start=reading`` (seeded single elimination). The paper (ARENARL.md §8) reports that a
-larger N helps monotonically, N = 16 best. What a step costs in judge requests is not equal:
-seeded single elimination plays 2(N - 1) matches per group, so 4(N - 1) requests, 48 / 56 / 60
-per step for the three arms.
+of ``configs/quickstart.py:start=reading`` (seeded single elimination). The paper (arXiv
+2601.06487, main results and analysis) reports that a larger N helps monotonically, N = 16 best.
+What a step costs in judge requests is not equal: seeded single elimination plays 2(N - 1)
+matches per group, so 4(N - 1) requests, 48 / 56 / 60 per step for the three arms.
 """
 from arenarl_jax.experiments import Claim, Run, run_stats
 
@@ -17,7 +17,8 @@ SIZES = (4, 8, 16)
 TRAJECTORIES_PER_STEP = 16
 SEEDS = (0, 1, 2)
 CONFIG = "configs/quickstart.py:start=reading"  # the topologies study says why
-SOURCE = "ARENARL.md §8: larger N helps monotonically, N = 16 best"
+SOURCE = ("arXiv 2601.06487, main results and analysis: larger N helps monotonically, "
+          "N = 16 best")
 
 CLAIMS = tuple(Claim(f"N = {big} above N = {small}", metric, f"n{big}", f"n{small}", source=SOURCE)
                for big, small in ((8, 4), (16, 8), (16, 4))

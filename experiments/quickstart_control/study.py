@@ -13,16 +13,18 @@ Arms, all from one shared SFT checkpoint (the runs' configs differ only in RL ke
 from arenarl_jax.experiments import Claim, Run
 
 ARMS = {"arena": "none", "permute": "permute", "flip": "flip"}
+# The method's premise: the advantages carry the tournament's ranking.
+PREMISE = "arXiv 2601.06487, method: advantages from the tournament's ranking"
 
 CLAIMS = (
     Claim("RL with ArenaRL improves on its SFT start", "win_vs_reference", "arena", "start",
-          source="ARENARL.md §8: 41.8 vs SFT 16.4"),
+          source="arXiv 2601.06487, main results: ArenaRL 41.8 after RL"),
     Claim("RL with ArenaRL improves on its SFT start", "met", "arena", "start",
-          source="ARENARL.md §8"),
+          source="arXiv 2601.06487, main results"),
     Claim("the ranking carries the gain: arena above permuted advantages", "met", "arena",
-          "permute", source="the method's premise (§2)"),
+          "permute", source=PREMISE),
     Claim("the ranking carries the gain: arena above flipped advantages", "met", "arena", "flip",
-          source="the method's premise (§2)"),
+          source=PREMISE),
 )
 
 

@@ -13,9 +13,10 @@ paper's win rate beside ours, and the correlation over runs between that recover
 from arenarl_jax.experiments import Claim, Run, run_stats
 
 TOPOLOGIES = ("anchor", "swiss", "double_elimination", "single_elimination", "round_robin")
-# ARENARL.md §4: Open-Travel average win rate after RL, per topology (N = 16).
+# arXiv 2601.06487, topology ablation: Open-Travel average win rate after RL, per topology.
 PAPER_WIN = {"anchor": 27.8, "swiss": 28.3, "double_elimination": 30.2,
              "single_elimination": 32.5, "round_robin": 32.9}
+SOURCE = "arXiv 2601.06487, topology ablation"
 SEEDS = (0, 1, 2)
 # The SFT start whose calls read the query: there the noise-free checker scores a group's
 # trajectories apart, so a ranking can recover something (configs/quickstart.py says why).
@@ -27,11 +28,11 @@ def _claims():
   for arm in TOPOLOGIES[1:]:
     for metric in ("win_vs_reference", "met"):
       out.append(Claim(f"{arm} above anchor", metric, arm, "anchor",
-                       source=f"ARENARL.md §4: {PAPER_WIN[arm]} vs {PAPER_WIN['anchor']}"))
+                       source=f"{SOURCE}: {PAPER_WIN[arm]} vs {PAPER_WIN['anchor']}"))
   for versus in ("swiss", "double_elimination"):
     out.append(Claim(f"single_elimination above {versus}", "win_vs_reference",
                      "single_elimination", versus,
-                     source=f"ARENARL.md §4: {PAPER_WIN['single_elimination']} vs "
+                     source=f"{SOURCE}: {PAPER_WIN['single_elimination']} vs "
                             f"{PAPER_WIN[versus]}"))
   return tuple(out)
 

@@ -7,8 +7,8 @@ against the same start after ArenaRL, three seeds, and what the invalid outputs 
 Every run is ``configs/research_quickstart.py`` (SFT, then ArenaRL against the noisy rubric
 judge, then greedy rollouts of the 60 held-out research tasks) from ONE shared SFT checkpoint;
 the seed moves the RL stage only, so "before" is the shared start's evaluation and "after" each
-run's final one. The paper (ARENARL.md §8) reports valid generations rising from the SFT model's
-32% to 99% on Open-DeepResearch, with a 64.3% win rate.
+run's final one. The paper (arXiv 2601.06487, main results and analysis) reports valid
+generations rising from the SFT model's 32% to 99% on Open-DeepResearch, with a 64.3% win rate.
 """
 from arenarl_jax.experiments import Claim, Run, run_stats
 
@@ -16,11 +16,12 @@ SEEDS = (0, 1, 2)
 CONFIG = "configs/research_quickstart.py"
 CLAIMS = (
     Claim("ArenaRL raises valid generations over its SFT start", "valid", "arena", "start",
-          source="ARENARL.md §8: SFT 32% -> ArenaRL 99% valid"),
+          source="arXiv 2601.06487, analysis: valid generations SFT 32% -> ArenaRL 99%"),
     Claim("ArenaRL wins more often against the references than its SFT start",
-          "win_vs_reference", "arena", "start", source="ARENARL.md §8: 64.3 win rate"),
+          "win_vs_reference", "arena", "start",
+          source="arXiv 2601.06487, main results: 64.3 win rate"),
     Claim("ArenaRL solves more tasks than its SFT start", "solved", "arena", "start",
-          source="ARENARL.md §8"),
+          source="arXiv 2601.06487, main results"),
 )
 
 
