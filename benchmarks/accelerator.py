@@ -1,5 +1,5 @@
 """One-accelerator check: the model/sampler tests on the accelerator backend, then the forward and
-the sampler (and the train step, once ``arenarl_jax/rl/train_step.py`` exists) of SmolLM2 and of a
+the sampler (and the train step, once ``arenarl_jax/trainer.py`` exists) of SmolLM2 and of a
 randomly initialised Qwen3-0.6B-shaped model, each as a fraction of a bf16 matmul ceiling measured
 in the same run.
 
@@ -16,7 +16,7 @@ CPU) over float32 parameters:
     matmul parameters) per token + the causal attention products;
   sampler: ``Sampler.sample`` (prefill + decode, EOS ignored) of R rows; FLOPs = 2 x weights per
     prompt and generated token (decode is memory-bound: this fraction is expected to be small);
-  train (when ``arenarl_jax/rl/train_step.py`` exists, or with ``--train=on``): its
+  train (when ``arenarl_jax/trainer.py`` exists, or with ``--train=on``): its
     ``Trainer.step`` on B x T tokens (without that module: a generic value-and-grad of the mean
     token log-prob plus AdamW), counted as 3 x the forward's FLOPs.
 Each fraction = achieved FLOP/s / ceiling FLOP/s. ``--dry_run`` runs the same code on the CPU
@@ -101,7 +101,7 @@ def main(argv=None) -> dict[str, float]:
   parser.add_argument("--skip_tests", action="store_true", help="no pytest step")
   parser.add_argument("--cache_dir", default=None, help="converted-parameter cache (SmolLM2)")
   parser.add_argument("--train", choices=("auto", "on", "off"), default="auto",
-                      help="the train step: auto = when arenarl_jax/rl/train_step.py exists")
+                      help="the train step: auto = when arenarl_jax/trainer.py exists")
   args = parser.parse_args(argv)
   if args.dry_run:
     os.environ["JAX_PLATFORMS"] = "cpu"
@@ -122,7 +122,7 @@ def main(argv=None) -> dict[str, float]:
   print(f"bf16 matmul ceiling: {ceiling / 1e12:.3f} TFLOP/s at n={sizes.ceiling_n}")
   result["ceiling_tflops"] = round(ceiling / 1e12, 4)
   train = args.train == "on" or (
-      args.train == "auto" and importlib.util.find_spec("arenarl_jax.rl.train_step") is not None)
+      args.train == "auto" and importlib.util.find_spec("arenarl_jax.trainer") is not None)
 
   loaders = (("smollm2", lambda: measure.smollm2(args.cache_dir, args.dry_run)),
              ("qwen3_06b", lambda: measure.qwen3_06b(args.dry_run)))

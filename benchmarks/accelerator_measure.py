@@ -118,12 +118,12 @@ def sampler(model: Transformer, sizes) -> tuple[float, float]:
 
 
 def train(model: Transformer, sizes) -> tuple[float, float]:
-  """(FLOP/s, tokens/s) of one RL update: ``train_step.Trainer.step`` (clipped objective with
+  """(FLOP/s, tokens/s) of one RL update: ``trainer.Trainer.step`` (clipped objective with
   the k3 KL, AdamW) where that module exists, else ``generic_train``; 3 x the forward's FLOPs
   (the reference log-probs' extra forward is not counted)."""
   try:
-    from arenarl_jax.rl import losses  # pylint: disable=g-import-not-at-top
-    from arenarl_jax.rl import train_step
+    from arenarl_jax import trainer as trainer_lib  # pylint: disable=g-import-not-at-top
+    from arenarl_jax.rl import losses
   except ImportError:
     return generic_train(model, sizes)
   cfg = model.cfg
@@ -136,8 +136,8 @@ def train(model: Transformer, sizes) -> tuple[float, float]:
                                clip_high=0.28, aggregation="seq_mean_token_mean")
   optim = dict(lr=1e-6, weight_decay=0.1, b1=0.9, b2=0.98, grad_clip=1.0, schedule="constant",
                warmup_steps=0)
-  trainer = train_step.Trainer(graphdef, params, mesh, loss_cfg,
-                               train_step.make_optimizer(optim, 100))
+  trainer = trainer_lib.Trainer(graphdef, params, mesh, losses.make_rl_loss(loss_cfg),
+                                trainer_lib.make_optimizer(optim, 100))
   holder = {"state": trainer.init_state(params)}
   ref = trainer.place_params(params)
   rng = np.random.default_rng(0)

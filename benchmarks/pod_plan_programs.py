@@ -2,7 +2,7 @@
 
 ``plan(spec)`` compiles, ahead of time and from abstract shapes (nothing is allocated), the
 programs a pod run spends its memory in, each on the mesh it runs on:
-- ``train_step``: ``rl/loop.make_trainer``'s jitted update (``rl/train_step.py``) on the
+- ``train_step``: ``rl/loop.make_trainer``'s jitted update (``trainer.py``) on the
   training mesh (data x fsdp x tensor), one minibatch of the rollout batch as ``rl/loop.run``
   forms it (each host's rows padded to its row multiple, split into
   ``rl.minibatches_per_rollout``), at ``train_tokens`` per row rounded up to ``rl.bucket``;
@@ -43,10 +43,10 @@ from arenarl_jax.models.config import get_preset
 from arenarl_jax.models.transformer import set_attention
 from arenarl_jax.rl import batch as batch_lib
 from arenarl_jax.rl import loop
-from arenarl_jax.rl.train_step import TrainState
 from arenarl_jax.sampling import layout, programs
 from arenarl_jax.sampling.buckets import bucket_length, cache_size_ladder
 from arenarl_jax.sampling.settings import SamplingSettings
+from arenarl_jax.trainer import TrainState
 
 ATTENTION = "dot_product_attention"
 # v4 and v5p pods: two TensorCores per chip driven as one device (megacore), 2 x 2 x 1 chips per

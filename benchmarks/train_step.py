@@ -7,7 +7,7 @@
 Both sides: the arenarl preset's loss (token ratio clipped at 0.2 / 0.28, k3 KL to a frozen
 reference at coefficient 0.02, seq_mean_token_mean), the reference's log-probs from a no-grad pass,
 clip-by-global-norm 1.0 + AdamW, float32, the same tokens, mask, advantages and old log-probs.
-Ours is ``train_step.Trainer.step`` (chunked head fused with the loss, donated state); torch is the
+Ours is ``trainer.Trainer.step`` (chunked head fused with the loss, donated state); torch is the
 straightforward full-logits step as its users write it, best of 1 and 2 threads, in a worker
 process of its own started by this script (one framework's allocator and thread pools must not
 slow the other's steps down), with the same environment: the script first re-executes itself with
@@ -46,7 +46,7 @@ from arenarl_jax.models.config import PRESETS
 from arenarl_jax.models.loading import load_model
 from arenarl_jax.models.safetensors_io import export_hf_dir
 from arenarl_jax.models.transformer import make_model
-from arenarl_jax.rl.train_step import Trainer, make_optimizer
+from arenarl_jax.trainer import Trainer, make_optimizer
 
 import timing  # benchmarks/timing.py (the script folder is on sys.path)
 
@@ -193,8 +193,8 @@ def main():
   graphdef, state = nnx.split(model)
   params = nnx.to_pure_dict(state)
   mesh = sharding.make_mesh(1, 1, 1, devices=jax.devices()[:1])
-  trainer = Trainer(graphdef, params, mesh, LOSS, make_optimizer(OPTIM, 100), chunk=args.chunk,
-                    remat=args.remat)
+  trainer = Trainer(graphdef, params, mesh, losses.make_rl_loss(LOSS), make_optimizer(OPTIM, 100),
+                    chunk=args.chunk, remat=args.remat)
   train_state = trainer.init_state(params)
   ref = trainer.place_params(params)
   inputs = make_inputs(cfg, n, t)

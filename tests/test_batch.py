@@ -2,7 +2,7 @@
 import numpy as np
 import pytest
 
-from arenarl_jax.rl.batch import bucket_length, make_batch, split_rows
+from arenarl_jax.rl.batch import BATCH_KEYS, bucket_length, make_batch, split_rows
 from arenarl_jax.types import Trajectory
 
 
@@ -29,6 +29,7 @@ def test_rows_padded_to_a_bucket_greedy_rows_at_temperature_one():
   assert {k: v.dtype.name for k, v in b.items()} == {
       "tokens_NT": "int32", "loss_mask_NT": "float32", "advantages_N": "float32",
       "temperature_N": "float32", "sampler_logp_NT": "float32", "policy_step_N": "int32"}
+  assert tuple(b) == BATCH_KEYS
   # Not training the anchor zeroes its mask; minibatches take every second row.
   b = make_batch(trajs, [1.0, -1.0], bucket=4, rows_multiple=4, train_anchor=False)
   assert b["loss_mask_NT"][0].sum() == 0 and b["loss_mask_NT"][1].sum() == 3

@@ -7,7 +7,7 @@ function counts). Packages that share a layer import nothing of each other, exce
 no-cycle test keeps them acyclic). A ``<pkg>/settings.py`` (import-free section declarations) may
 be imported from anywhere. Every package needs a layer; a listed package that does not exist yet is
 skipped. Backend-specific code stays behind ``models/`` (only ``models/`` may import
-``models.cpu``), and private names stay with their owner.
+``models.cpu``), ``sft`` imports nothing of ``rl``, and private names stay with their owner.
 """
 import ast
 import os
@@ -124,6 +124,13 @@ def test_the_package_has_no_import_cycles():
     if v not in index:
       visit(v)
   assert not cycles, f"import cycles: {cycles}"
+
+
+def test_sft_imports_nothing_of_rl():
+  """Both stages train through ``trainer``, each with its own loss: SFT needs no RL module."""
+  offenders = sorted((name, m) for name, deps in _graph().items() for m in deps
+                     if _under(name, "arenarl_jax.sft") and _under(m, "arenarl_jax.rl"))
+  assert not offenders, offenders
 
 
 def test_only_models_imports_the_cpu_backend():

@@ -7,6 +7,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
+from arenarl_jax import trainer
 from arenarl_jax.rl import losses
 from arenarl_jax.rl.losses import LossConfig
 
@@ -15,7 +16,7 @@ F = jnp.float32
 
 def _loss(logp, old, ref, adv, mask, cfg):
   logp, old, ref, mask = (jnp.asarray(x, F) for x in (logp, old, ref, mask))
-  return losses.policy_loss(logp, old, ref, jnp.asarray(adv, F), mask, losses.normalisers(mask),
+  return losses.policy_loss(logp, old, ref, jnp.asarray(adv, F), mask, trainer.normalisers(mask),
                             cfg)
 
 
@@ -34,7 +35,7 @@ def test_clipping_on_both_sides(adv, want_loss, want_grad, low, high):
   # d pg / d logp = -w A where the unclipped term is the minimum, 0 where the clipped one is.
   grad = jax.grad(lambda lp: _loss(lp, old, old, [adv], mask, cfg)[0])(jnp.asarray(logp))
   np.testing.assert_allclose(np.asarray(grad)[0] * 4, want_grad, rtol=1e-5, atol=1e-7)
-  m = losses.finish_metrics(metrics)
+  m = trainer.finish_metrics(metrics)
   assert float(m["clip_frac_low"]) == pytest.approx(low)
   assert float(m["clip_frac_high"]) == pytest.approx(high)
   assert float(m["ratio_max"]) == pytest.approx(1.5) and float(m["ratio_min"]) == pytest.approx(0.5)
@@ -49,7 +50,7 @@ def test_each_kl_estimator(kind, want):
   logp = np.full((1, 3), -1.0)
   loss, metrics = _loss(logp, logp, np.full((1, 3), -1.5), [0.0], np.ones((1, 3)), cfg)
   assert float(loss) == pytest.approx(0.1 * want, rel=1e-6)
-  assert float(losses.finish_metrics(metrics)["kl"]) == pytest.approx(want, rel=1e-6)
+  assert float(trainer.finish_metrics(metrics)["kl"]) == pytest.approx(want, rel=1e-6)
 
 
 def test_kl_gradients_k2_is_the_score_function_gradient_k1_has_none_in_expectation():
@@ -96,7 +97,7 @@ def test_sequence_ratio_is_length_normalised_and_clamped():
   np.testing.assert_allclose(w, np.full((1, 3), math.exp(20.0)), rtol=1e-5)
   loss, metrics = _loss(huge, old, old, [-1.0], np.ones((1, 3)), cfg)
   assert np.isfinite(float(loss)) and float(loss) == pytest.approx(math.exp(20.0), rel=1e-5)
-  assert float(losses.finish_metrics(metrics)["clip_frac_high"]) == 0.0
+  assert float(trainer.finish_metrics(metrics)["clip_frac_high"]) == 0.0
 
 
 @pytest.mark.parametrize("aggregation, ratio", [
@@ -110,7 +111,7 @@ def test_loss_and_gradient_are_the_same_however_the_batch_is_split(aggregation, 
   adv = jnp.asarray(rng.normal(size=n), F)
   mask = jnp.asarray(rng.random((n, t)) < 0.6, F).at[3].set(0.0)
   cfg = LossConfig(ratio=ratio, aggregation=aggregation, dr_grpo_tokens=5)
-  norm = losses.normalisers(mask)
+  norm = trainer.normalisers(mask)
 
   @jax.jit
   def part_loss(lp, rows):
@@ -124,7 +125,7 @@ def test_loss_and_gradient_are_the_same_however_the_batch_is_split(aggregation, 
     for rows in parts:
       loss, m = part_loss(logp, rows)
       total += loss
-      metrics = m if metrics is None else losses.combine_metrics(metrics, m)
+      metrics = m if metrics is None else trainer.combine_metrics(metrics, m)
       grad = grad + part_grad(logp, rows)
     np.testing.assert_allclose(total, whole, rtol=1e-5)
     np.testing.assert_allclose(grad, g_whole, rtol=1e-5, atol=1e-8)

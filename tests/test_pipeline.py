@@ -1,14 +1,12 @@
-"""The training pipeline's pieces: SFT loss, the task tokenizer, compact schemas, the starting
-policy, trajectory stats. The whole pipeline runs in ``test_pipeline_smoke.py``."""
+"""The training pipeline's pieces: the task tokenizer, compact schemas, the starting policy,
+trajectory stats. The whole pipeline runs in ``test_pipeline_smoke.py``."""
 import json
 import os
 import sys
 
-import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from arenarl_jax.rl import losses
 from arenarl_jax.text import messages
 from arenarl_jax.sft import policy as policy_lib
 from arenarl_jax.text import task_tokenizer
@@ -19,21 +17,6 @@ from arenarl_jax.types import Trajectory
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(ROOT, "configs"))
 import quickstart  # noqa: E402  pylint: disable=g-import-not-at-top,wrong-import-position
-
-
-def test_sft_loss_is_the_masked_mean_token_nll():
-  logp = jnp.log(jnp.array([[0.5, 0.25, 0.1], [0.2, 0.8, 0.5]]))
-  mask = jnp.array([[0, 1, 1], [1, 0, 0]])
-  norm = losses.normalisers(mask)
-  loss, metrics = losses.sft_loss(logp, mask, norm)
-  expected = -(np.log(0.25) + np.log(0.1) + np.log(0.2)) / 3
-  np.testing.assert_allclose(float(loss), expected, rtol=1e-6)
-  # Additive over parts (rows split in two) with the whole batch's normalisers.
-  a, _ = losses.sft_loss(logp[:1], mask[:1], norm)
-  b, _ = losses.sft_loss(logp[1:], mask[1:], norm)
-  np.testing.assert_allclose(float(a + b), expected, rtol=1e-6)
-  assert float(metrics["loss_sum"]) == pytest.approx(expected, rel=1e-6)
-
 
 TEXTS = [
     "<|im_start|>user\nFind 2 noodles restaurants in Nortor near Western Moon Temple.<|im_end|>\n"

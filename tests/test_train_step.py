@@ -8,12 +8,12 @@ import pytest
 from flax import nnx
 
 from arenarl_jax.rl import batch as batch_lib
-from arenarl_jax import sharding
+from arenarl_jax import sharding, trainer as trainer_lib
 from arenarl_jax.rl import losses
 from arenarl_jax.models.config import ModelConfig
 from arenarl_jax.models.transformer import make_model
-from arenarl_jax.rl.train_step import (Trainer, batch_logprobs, batch_loss, make_optimizer,
-                                    make_schedule)
+from arenarl_jax.sft import loss as sft_loss
+from arenarl_jax.trainer import Trainer, batch_logprobs, make_optimizer, make_schedule
 
 CFG = ModelConfig(vocab_size=61, d_model=16, n_layers=1, n_heads=2, n_kv_heads=1, head_dim=8,
                   ffn_dim=32, tie_embeddings=True)
@@ -41,8 +41,8 @@ def _batch(n=16, t=16, seed=0):
 
 def _trainer(mesh, loss_cfg, accumulation=1, optim=OPTIM):
   graphdef, params = _model()
-  trainer = Trainer(graphdef, params, mesh, loss_cfg, make_optimizer(optim, 10),
-                    accumulation_steps=accumulation, chunk=8)
+  trainer = Trainer(graphdef, params, mesh, losses.make_rl_loss(loss_cfg),
+                    make_optimizer(optim, 10), accumulation_steps=accumulation, chunk=8)
   return trainer, params
 
 
@@ -133,9 +133,11 @@ def test_loss_gradient_through_the_model_matches_finite_differences():
   ref = jax.tree.map(lambda x: x * 1.05, params)
   b["old_logp_NT"] = batch_logprobs(graphdef, ref, b, chunk=4)
   cfg = losses.LossConfig(kl="k2", kl_coef=0.5, clip_low=0.5, clip_high=0.5)
-  norm = losses.normalisers(b["loss_mask_NT"])
+  norm = trainer_lib.normalisers(b["loss_mask_NT"])
+  loss = losses.make_rl_loss(cfg)
+  reference = trainer_lib.Forward(graphdef, ref, chunk=4)
   value_and_grad = jax.jit(jax.value_and_grad(
-      lambda p: batch_loss(p, ref, b, norm, graphdef=graphdef, loss_cfg=cfg, chunk=4)[0]))
+      lambda p: loss(trainer_lib.Forward(graphdef, p, chunk=4), reference, b, norm)[0]))
   f = lambda p: value_and_grad(p)[0]  # noqa: E731  (one compiled program for both)
   g = value_and_grad(params)[1]
   leaves = jax.tree.leaves(params)
@@ -168,9 +170,39 @@ def test_an_sft_batch_cut_after_its_last_trained_token_makes_the_same_update():
   out = []
   for b in (batch, cut):
     graphdef, params = _model()
-    trainer = Trainer(graphdef, params, ONE(), losses.LossConfig(), make_optimizer(OPTIM, 10),
-                      chunk=8, objective="sft")
+    trainer = Trainer(graphdef, params, ONE(), sft_loss.make_sft_loss(),
+                      make_optimizer(OPTIM, 10), chunk=8)
     state, m = trainer.step(trainer.init_state(params), None, trainer.put_batch(b))
     out.append((jax.device_get(state.params), float(m["loss"])))
   assert out[0][1] == pytest.approx(out[1][1], rel=1e-6)
   _close(out[0][0], out[1][0], 1e-6)
+
+
+def test_the_trainer_runs_any_loss_and_reads_a_reference_only_for_a_loss_that_asks():
+  """A loss the trainer has never seen (SFT's NLL through the unfused log-probs, with a _max
+  metric), over 2 micro-batches and no reference, makes SFT's update."""
+  references = []
+
+  def unfused_nll(policy, reference, batch, norm):
+    references.append(reference)
+    logp_NT = policy.logprobs(batch)
+    tok_NT = batch["loss_mask_NT"] / norm["tokens"]
+    loss = -jnp.sum(tok_NT * logp_NT)
+    return loss, {"loss_sum": loss, "logp_max": jnp.max(jnp.where(tok_NT > 0, logp_NT, -9.0))}
+
+  b = {k: v for k, v in _batch(n=8).items() if k in ("tokens_NT", "loss_mask_NT", "temperature_N")}
+  out = []
+  for loss, accumulation in ((trainer_lib.Loss("nll", unfused_nll), 2),
+                             (sft_loss.make_sft_loss(), 1)):
+    graphdef, params = _model()
+    trainer = Trainer(graphdef, params, ONE(), loss, make_optimizer(OPTIM, 10), chunk=8,
+                      accumulation_steps=accumulation)
+    state, m = trainer.step(trainer.init_state(params), None, trainer.put_batch(b))
+    out.append((jax.device_get(state.params), jax.device_get(m)))
+  assert references and all(r is None for r in references)
+  (got, got_m), (want, want_m) = out
+  assert set(got_m) == {"loss", "logp_max", "grad_norm", "update_norm", "tokens"}
+  for key in ("loss", "grad_norm", "update_norm", "tokens"):
+    np.testing.assert_allclose(got_m[key], want_m[key], rtol=1e-5, err_msg=key)
+  assert float(got_m["logp_max"]) < 0.0
+  _close(got, want, 1e-6)

@@ -14,6 +14,9 @@ import numpy as np
 
 from arenarl_jax.types import Trajectory
 
+BATCH_KEYS = ("tokens_NT", "loss_mask_NT", "advantages_N", "temperature_N", "sampler_logp_NT",
+              "policy_step_N")  # make_batch's keys, in its order
+
 
 def bucket_length(t: int, bucket: int) -> int:
   """The smallest multiple of ``bucket`` >= t (at least one bucket)."""

@@ -32,7 +32,7 @@ from arenarl_jax import hosts
 from arenarl_jax import metrics as metrics_lib, sharding
 from arenarl_jax.rl import batch as batch_lib
 from arenarl_jax.rl import losses
-from arenarl_jax.rl.train_step import Trainer, make_optimizer
+from arenarl_jax.trainer import Trainer, make_optimizer
 
 
 class PromptCursor:
@@ -73,7 +73,7 @@ def make_trainer(config: ml_collections.ConfigDict, graphdef, params, mesh) -> T
          int(config.rl.accumulation_steps), int(config.rl.logprob_chunk), config.model.remat,
          shapes)
   if key not in _TRAINERS:
-    _TRAINERS[key] = Trainer(graphdef, params, mesh, loss_cfg,
+    _TRAINERS[key] = Trainer(graphdef, params, mesh, losses.make_rl_loss(loss_cfg),
                              make_optimizer(config.optim, total),
                              accumulation_steps=config.rl.accumulation_steps,
                              chunk=config.rl.logprob_chunk, remat=config.model.remat)

@@ -1,4 +1,4 @@
-"""The clipped policy objective with a KL penalty (ARENARL.md §5), in pure jnp.
+"""The clipped policy objective with a KL penalty (ARENARL.md §5): its terms, the trainer's loss.
 
 Per token t of row n (mask m = 1 on policy-generated tokens):
   w      = exp(logp - old_logp)                     (``ratio="token"``), or GSPO's sequence ratio
@@ -8,9 +8,9 @@ Per token t of row n (mask m = 1 on policy-generated tokens):
   loss   = sum_{n,t} weight_{n,t} (pg + kl_coef * KL_{n,t})
 
 The aggregation only sets the weights, and every weight uses batch-wide normalisers
-(``normalisers`` over the whole minibatch), so the loss is a plain sum over rows: splitting a
-batch into micro-batches, accumulation steps or devices and adding the parts gives the same loss
-and gradient (no mean of means):
+(``trainer.normalisers`` of the whole minibatch), so the loss is a plain sum over rows: splitting
+a batch into micro-batches, accumulation steps or devices and adding the parts gives the same
+loss and gradient (no mean of means):
   token_mean           m / (masked tokens in the batch)
   seq_mean_token_mean  m / (row's masked tokens * rows in the batch)   (GRPO: mean per row, then rows)
   dr_grpo              m / (rows in the batch * dr_grpo_tokens)        (Dr. GRPO: a constant per row,
@@ -18,17 +18,20 @@ and gradient (no mean of means):
 "Rows" counts rows with at least one masked token (bucket padding rows do not count).
 Each choice is a registry keyed by its config value (``RATIOS``, ``KL_ESTIMATORS``,
 ``AGGREGATIONS``): a new estimator or aggregation is one entry, not another branch.
+``make_rl_loss`` is the loss ``trainer.Trainer`` minimises: the token ratio's objective is per
+token, so its gradient comes from the fused head; the sequence ratio's from the log-probs.
 """
 from __future__ import annotations
 
 import dataclasses
+import functools
 from typing import Any, Mapping
 
 import jax
 import jax.numpy as jnp
 
+from arenarl_jax import trainer
 from arenarl_jax.settings import settings_from_config
-
 
 
 def _token_ratio(log_w_NT, mask_NT, clamp: float):
@@ -116,16 +119,6 @@ def importance_ratio(logp_NT, old_logp_NT, mask_NT, kind: str, clamp: float = 20
   return RATIOS[kind]((logp_NT - old_logp_NT) * mask_NT, mask_NT, clamp)
 
 
-def normalisers(mask_NT) -> dict[str, jax.Array]:
-  """Batch-wide counts every weight divides by: masked tokens and rows with any masked token.
-
-  Compute them over the WHOLE minibatch (all micro-batches, all devices) and pass them to each part.
-  """
-  mask_NT = mask_NT.astype(jnp.float32)
-  return {"tokens": jnp.maximum(mask_NT.sum(), 1.0),
-          "rows": jnp.maximum((mask_NT.sum(-1) > 0).sum().astype(jnp.float32), 1.0)}
-
-
 def token_weights(mask_NT, norm: Mapping[str, jax.Array], cfg: LossConfig):
   """weight_NT of the aggregation (see the module docstring); sums to 1 over the batch except for
   dr_grpo (sum = mean row length / dr_grpo_tokens)."""
@@ -157,14 +150,9 @@ def token_objective(logp_NT, extras: Mapping[str, jax.Array], cfg: LossConfig):
                              + cfg.kl_coef * kl_NT)
 
 
-def sft_token_objective(logp_NT, extras: Mapping[str, jax.Array]):
-  """SFT's per-token terms, -weight * logp with weight = mask / batch tokens (``sft_loss``)."""
-  return -extras["weight"] * logp_NT
-
-
 def policy_loss(logp_NT, old_logp_NT, ref_logp_NT, advantages_N, mask_NT,
                 norm: Mapping[str, jax.Array], cfg: LossConfig, entropy_NT=None):
-  """(loss, metrics) for this part of a batch; ``norm`` comes from ``normalisers`` of the whole.
+  """(loss, metrics) for this part of a batch; ``norm``: ``trainer.normalisers`` of the whole.
 
   Both are additive over parts: ``loss`` and metrics named ``*_sum`` add up over micro-batches and
   devices (the metrics are token means: divide-free, weighted by m / batch tokens); ``ratio_max``
@@ -198,30 +186,43 @@ def policy_loss(logp_NT, old_logp_NT, ref_logp_NT, advantages_N, mask_NT,
   return loss, jax.tree.map(jax.lax.stop_gradient, metrics)
 
 
-def sft_loss(logp_NT, mask_NT, norm: Mapping[str, jax.Array], entropy_NT=None):
-  """(loss, metrics) of supervised fine-tuning: the mean over the batch's masked tokens of
-  -log p(token); additive over parts like ``policy_loss`` (``norm`` of the whole batch)."""
-  tok_NT = mask_NT.astype(jnp.float32) / norm["tokens"]
-  loss = -jnp.sum(tok_NT * logp_NT)
-  metrics = {"loss_sum": loss}
-  if entropy_NT is not None:
-    metrics["entropy_sum"] = jnp.sum(tok_NT * jax.lax.stop_gradient(entropy_NT))
-  return loss, jax.tree.map(jax.lax.stop_gradient, metrics)
+def batch_loss(policy: trainer.Forward, reference: trainer.Forward,
+               batch: Mapping[str, jax.Array], norm: Mapping[str, jax.Array], cfg: LossConfig):
+  """(loss, metrics) of ``batch`` (a part of a minibatch whose normalisers are ``norm``).
+
+  ``old_logp_NT`` from the batch when present, else the current log-probs (on-policy: ratio 1);
+  ``ref_logp`` from ``reference`` (skipped when ``cfg.kl_coef`` is 0). The token ratio's
+  objective is per-token, so its gradient comes from the fused head; the sequence ratio's from
+  the log-probs.
+  """
+  mask_NT = batch["loss_mask_NT"].astype(jnp.float32)
+  ref_NT = None
+  if cfg.kl_coef:
+    ref_NT = jax.lax.stop_gradient(reference.logprobs(batch))
+  if cfg.ratio == "token":
+    adv_NT = jnp.broadcast_to(batch["advantages_N"].astype(jnp.float32)[:, None], mask_NT.shape)
+    extras = {"weight": token_weights(mask_NT, norm, cfg), "mask": mask_NT, "advantage": adv_NT}
+    if "old_logp_NT" in batch:
+      extras["old_logp"] = batch["old_logp_NT"]
+    if ref_NT is not None:
+      extras["ref_logp"] = ref_NT
+    objective, logp_NT, ent_NT = policy.fused_objective(
+        batch, functools.partial(token_objective, cfg=cfg), extras)
+  else:
+    objective = None
+    logp_NT, ent_NT = policy.logprobs(batch, entropy=True)
+  old_NT = batch["old_logp_NT"] if "old_logp_NT" in batch else jax.lax.stop_gradient(logp_NT)
+  ref_NT = jax.lax.stop_gradient(logp_NT) if ref_NT is None else ref_NT
+  loss, metrics = policy_loss(logp_NT, old_NT, ref_NT, batch["advantages_N"],
+                              batch["loss_mask_NT"], norm, cfg, ent_NT)
+  loss = trainer.with_gradient_of(loss, objective)
+  # The sampler's log-probs against the trainer's (same temperature): should be ~0.
+  gap_NT = jnp.abs(batch["sampler_logp_NT"] - old_NT) * mask_NT
+  metrics["logp_mismatch_sum"] = jnp.sum(gap_NT) / norm["tokens"]
+  metrics["logp_mismatch_max"] = jnp.max(gap_NT)
+  return loss, metrics
 
 
-def combine_metrics(a: Mapping[str, jax.Array], b: Mapping[str, jax.Array]) -> dict:
-  """Adds two parts' metrics: max for ``*_max``, min for ``*_min``, sum otherwise."""
-  out = {}
-  for key in a:
-    if key.endswith("_max"):
-      out[key] = jnp.maximum(a[key], b[key])
-    elif key.endswith("_min"):
-      out[key] = jnp.minimum(a[key], b[key])
-    else:
-      out[key] = a[key] + b[key]
-  return out
-
-
-def finish_metrics(metrics: Mapping[str, jax.Array]) -> dict:
-  """Drops the ``_sum`` suffix once every part is added (the sums are already the means)."""
-  return {(k[:-4] if k.endswith("_sum") else k): v for k, v in metrics.items()}
+def make_rl_loss(cfg: LossConfig) -> trainer.Loss:
+  """The ``loss.*`` objective as ``trainer.Trainer``'s loss; it reads the frozen reference."""
+  return trainer.Loss("rl", functools.partial(batch_loss, cfg=cfg), uses_reference=True)

@@ -4,12 +4,11 @@ Each update takes ``data.sft_batch_size`` conversations of the dataset's ``sft``
 with the environment's tools and tokenised at read time (``data.pipeline.sft_batches``: loss weight
 1 on every assistant body and its ``<|im_end|>``, ``sft.context_weight`` (default 0) on the user
 and tool turns, 0 on the system turn), and minimises the weighted mean of -log p
-(``losses.sft_loss``; each batch cut after its last trained token, rounded up to
-``data.sft_bucket``: the same loss without the trailing padding) with the RL update's
-machinery (``train_step.Trainer`` with ``objective="sft"``: the same sharding, donation,
-accumulation, clip + AdamW; ``sft.*`` sets the optimizer). Writes ``<workdir>/sft/metrics.jsonl``
-(+ TensorBoard; the SFT curve) and an orbax checkpoint in ``<workdir>/sft/checkpoints`` holding
-the state and the data position; a rerun resumes from it, and a finished SFT stage is just read
+(``sft/loss.py``; each batch cut after its last trained token, rounded up to
+``data.sft_bucket``: the same loss without the trailing padding) with the trainer RL uses too
+(``trainer.Trainer``: the same sharding, donation, accumulation, clip + AdamW; ``sft.*`` sets
+the optimizer). Writes ``<workdir>/sft/metrics.jsonl`` (+ TensorBoard; the SFT curve) and an
+orbax checkpoint in ``<workdir>/sft/checkpoints`` holding the state and the data position; a rerun resumes from it, and a finished SFT stage is just read
 back (the pipeline's RL stage and the evaluation's starting policy both start from it).
 
 ``sft.first_turn_steps`` > 0: the first updates train on ``sft.first_turn_rows`` conversations of
@@ -33,11 +32,11 @@ from flax import nnx
 
 from arenarl_jax import checkpoint as ckpt_lib
 from arenarl_jax import hosts, metrics as metrics_lib, sharding
-from arenarl_jax.rl import losses
 from arenarl_jax.data import builder, pipeline, records
 from arenarl_jax.envs import compact_schemas
+from arenarl_jax.sft import loss as sft_loss
 from arenarl_jax.sft.policy import Policy
-from arenarl_jax.rl.train_step import Trainer, make_optimizer
+from arenarl_jax.trainer import Trainer, make_optimizer
 
 SFT_DIR = "sft"
 
@@ -51,9 +50,9 @@ def make_trainer(config: ml_collections.ConfigDict, graphdef, params, mesh) -> T
   s = config.sft
   optim = {"lr": s.lr, "schedule": s.schedule, "warmup_steps": s.warmup_steps,
            "weight_decay": s.weight_decay, "b1": s.b1, "b2": s.b2, "grad_clip": s.grad_clip}
-  return Trainer(graphdef, params, mesh, losses.LossConfig(),
+  return Trainer(graphdef, params, mesh, sft_loss.make_sft_loss(),
                  make_optimizer(optim, int(s.steps)), accumulation_steps=s.accumulation_steps,
-                 chunk=config.rl.logprob_chunk, objective="sft", remat=config.model.remat)
+                 chunk=config.rl.logprob_chunk, remat=config.model.remat)
 
 
 def copy_batch(env: Any, tokenizer: Any, tools, s: ml_collections.ConfigDict, *, seed: int,

@@ -9,12 +9,14 @@ import numpy as np
 import pytest
 from flax import nnx
 
+from arenarl_jax import trainer
 from arenarl_jax.rl import losses
 from arenarl_jax.models import loss_head
 from arenarl_jax.models.config import ModelConfig
 from arenarl_jax.models.logprobs import token_logprobs
 from arenarl_jax.models.transformer import Transformer, make_model
-from arenarl_jax.rl.train_step import batch_logprobs, batch_loss, sft_batch_loss
+from arenarl_jax.sft import loss as sft_loss
+from arenarl_jax.trainer import Forward, batch_logprobs
 
 V = 61  # a vocabulary size no other dimension has (the logits' products are found by it)
 N, T = 4, 12
@@ -138,7 +140,7 @@ def test_policy_objective_equals_the_unfused_loss(aggregation, kl, kl_coef, off_
     b["old_logp_NT"] = batch_logprobs(graphdef, ref, b, chunk=5) + noise
   cfg = losses.LossConfig(aggregation=aggregation, kl=kl, kl_coef=kl_coef, clip_low=0.1,
                           clip_high=0.1, dr_grpo_tokens=7)
-  norm = losses.normalisers(b["loss_mask_NT"])
+  norm = trainer.normalisers(b["loss_mask_NT"])
 
   def unfused(p):
     logp, ent = batch_logprobs(graphdef, p, b, chunk=5, entropy=True)
@@ -147,7 +149,8 @@ def test_policy_objective_equals_the_unfused_loss(aggregation, kl, kl_coef, off_
     return losses.policy_loss(logp, old, ref_lp, b["advantages_N"], b["loss_mask_NT"], norm, cfg,
                               ent)
 
-  fused = lambda p: batch_loss(p, ref, b, norm, graphdef=graphdef, loss_cfg=cfg, chunk=5)  # noqa
+  loss = losses.make_rl_loss(cfg)
+  fused = lambda p: loss(Forward(graphdef, p, 5), Forward(graphdef, ref, 5), b, norm)  # noqa
   (l1, m1), g1 = jax.jit(jax.value_and_grad(fused, has_aux=True))(params)
   (l2, m2), g2 = jax.jit(jax.value_and_grad(unfused, has_aux=True))(params)
   np.testing.assert_allclose(l1, l2, rtol=1e-5, atol=1e-7)
@@ -163,13 +166,14 @@ def test_sft_objective_equals_the_unfused_loss():
   graphdef, state = nnx.split(make_model(_cfg(tie=False), seed=3))
   params = nnx.to_pure_dict(state)
   b = _batch(1)
-  norm = losses.normalisers(b["loss_mask_NT"])
+  norm = trainer.normalisers(b["loss_mask_NT"])
 
   def unfused(p):
     logp, ent = batch_logprobs(graphdef, p, b, chunk=4, entropy=True)
-    return losses.sft_loss(logp, b["loss_mask_NT"], norm, ent)
+    return sft_loss.sft_loss(logp, b["loss_mask_NT"], norm, ent)
 
-  fused = lambda p: sft_batch_loss(p, b, norm, graphdef=graphdef, chunk=4)  # noqa: E731
+  loss = sft_loss.make_sft_loss()
+  fused = lambda p: loss(Forward(graphdef, p, 4), None, b, norm)  # noqa: E731
   (l1, m1), g1 = jax.jit(jax.value_and_grad(fused, has_aux=True))(params)
   (l2, m2), g2 = jax.jit(jax.value_and_grad(unfused, has_aux=True))(params)
   np.testing.assert_allclose(l1, l2, rtol=1e-5)

@@ -12,7 +12,7 @@ from arenarl_jax.models import remat
 from arenarl_jax.models.config import ModelConfig
 from arenarl_jax.models.logprobs import token_logprobs
 from arenarl_jax.models.transformer import Transformer, make_model, set_remat
-from arenarl_jax.rl.train_step import Trainer, make_optimizer
+from arenarl_jax.trainer import Trainer, make_optimizer
 
 CFG = ModelConfig(vocab_size=97, d_model=32, n_layers=2, n_heads=4, n_kv_heads=2, head_dim=8,
                   ffn_dim=64, tie_embeddings=True)
@@ -54,7 +54,7 @@ def test_bad_value_names_the_key():
   mesh = sharding.make_mesh(1, 1, 1, devices=jax.devices()[:1])
   graphdef, params, _ = _setup()
   with pytest.raises(ValueError, match="model.remat"):
-    Trainer(graphdef, params, mesh, losses.LossConfig(), make_optimizer(
+    Trainer(graphdef, params, mesh, losses.make_rl_loss(losses.LossConfig()), make_optimizer(
         dict(lr=1e-3, weight_decay=0.0, b1=0.9, b2=0.98, grad_clip=1.0), 1), remat="some")
 
 

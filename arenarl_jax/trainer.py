@@ -1,24 +1,23 @@
-"""The RL update: a pure, jitted, sharded optimizer step over one minibatch of the training batch.
+"""One trainer for SFT and RL: a jitted, sharded optimizer step that takes its loss as a function.
 
 ``train_step(state, ref_params, batch) -> (state, metrics)``:
-  - the batch (ARCHITECTURE.md "Training batch", plus ``old_logp_NT`` from ``Trainer.logprobs``
-    taken before the rollout's first update) is split into ``accumulation_steps`` micro-batches
-    (row r goes to micro-batch r % A, so each one spans every device); gradients and the loss are
-    SUMS over micro-batches of terms already divided by batch-wide normalisers, so the update is
-    the same however the batch is split (micro-batches, accumulation, devices);
-  - ``ref_logp`` comes from the frozen ``ref_params`` (never donated) at each row's temperature;
-  - the token ratio's objective and SFT's are sums of per-token terms, so the head's gradients
-    are formed in the forward pass (``models/loss_head.py``; no logits recomputed); the sequence
-    ratio's loss is differentiated through the checkpointed log-probs;
+  - the batch (tokens_NT, loss_mask_NT, temperature_N and what the loss reads) is split into
+    ``accumulation_steps`` micro-batches (row r goes to micro-batch r % A, so each one spans every
+    device); a micro-batch's loss is a SUM of terms already divided by the minibatch's
+    ``normalisers``, so the update is the same however the batch is split;
+  - the ``Loss`` reads the model through ``Forward``: teacher-forced log-probs, or a sum of
+    per-token terms whose head gradients the fused head forms in the forward pass
+    (``models/loss_head.py``); a loss that ``uses_reference`` also reads the frozen ``ref_params``;
   - clip-by-global-norm + AdamW with a schedule.
 ``Trainer`` holds the jitted functions for a mesh: parameters and optimizer state placed by the
-partition rules (``sharding.py``), the batch's rows over data x fsdp, the state donated. The new
-parameters stay on device (``state.params``), where the sampler reads them.
+partition rules (``sharding.py``), rows over data x fsdp, the state donated; the new parameters
+stay on device (``state.params``), where the sampler reads them.
 """
 from __future__ import annotations
 
+import dataclasses
 import functools
-from typing import Any, Mapping
+from typing import Any, Callable, Mapping
 
 import flax
 import jax
@@ -29,15 +28,11 @@ from flax import nnx
 from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 
 from arenarl_jax import sharding
-from arenarl_jax.rl import losses
 from arenarl_jax.models import backend, loss_head, remat as remat_lib
 from arenarl_jax.models.logprobs import token_logprobs
 from arenarl_jax.models.transformer import set_remat
 
-BATCH_KEYS = ("tokens_NT", "loss_mask_NT", "advantages_N", "temperature_N", "sampler_logp_NT",
-              "policy_step_N")
 ROW_AXES = ("data", "fsdp")  # the batch's rows are split over both
-OBJECTIVES = ("rl", "sft")  # the clipped policy loss | masked token cross-entropy (SFT)
 
 
 @flax.struct.dataclass
@@ -73,6 +68,34 @@ def make_optimizer(optim: Mapping[str, Any], total_steps: int) -> optax.Gradient
   return optax.chain(optax.clip_by_global_norm(clip), adamw) if clip > 0 else adamw
 
 
+def normalisers(mask_NT) -> dict[str, jax.Array]:
+  """Batch-wide counts every weight divides by: masked tokens and rows with any masked token.
+
+  Computed over the WHOLE minibatch (all micro-batches, all devices) and passed to each part.
+  """
+  mask_NT = mask_NT.astype(jnp.float32)
+  return {"tokens": jnp.maximum(mask_NT.sum(), 1.0),
+          "rows": jnp.maximum((mask_NT.sum(-1) > 0).sum().astype(jnp.float32), 1.0)}
+
+
+def combine_metrics(a: Mapping[str, jax.Array], b: Mapping[str, jax.Array]) -> dict:
+  """Adds two parts' metrics: max for ``*_max``, min for ``*_min``, sum otherwise."""
+  out = {}
+  for key in a:
+    if key.endswith("_max"):
+      out[key] = jnp.maximum(a[key], b[key])
+    elif key.endswith("_min"):
+      out[key] = jnp.minimum(a[key], b[key])
+    else:
+      out[key] = a[key] + b[key]
+  return out
+
+
+def finish_metrics(metrics: Mapping[str, jax.Array]) -> dict:
+  """Drops the ``_sum`` suffix once every part is added (the sums are already the means)."""
+  return {(k[:-4] if k.endswith("_sum") else k): v for k, v in metrics.items()}
+
+
 def _model(graphdef, params, remat: str | None):
   model = nnx.merge(graphdef, nnx.State(params))
   if remat is not None:
@@ -103,12 +126,51 @@ def fused_objective(graphdef, params, batch, token_loss, extras, *, chunk: int,
                                     temperature=batch["temperature_N"])
 
 
-def _with_gradient_of(loss, objective):
+def with_gradient_of(loss, objective):
   """``loss``'s value with ``objective``'s gradient (the same function of the parameters; the
-  fused pass leaves out position 0's constant term)."""
+  fused pass leaves out position 0's constant term). ``objective`` None: ``loss`` itself."""
   if objective is None:
     return loss
   return objective + jax.lax.stop_gradient(loss - objective)
+
+
+@dataclasses.dataclass(frozen=True, eq=False)  # holds arrays: compared by identity
+class Forward:
+  """The model at one set of parameters, as a loss reads it: teacher-forced on the batch's
+  tokens at each row's temperature, in log-prob chunks of ``chunk`` positions."""
+
+  graphdef: Any
+  params: Any
+  chunk: int
+  remat: str | None = None  # the blocks' rematerialisation (None: the graph definition's)
+
+  def logprobs(self, batch, *, entropy: bool = False):
+    """logp_NT, or (logp_NT, entropy_NT) with ``entropy`` (``batch_logprobs``)."""
+    return batch_logprobs(self.graphdef, self.params, batch, chunk=self.chunk, entropy=entropy,
+                          remat=self.remat)
+
+  def fused_objective(self, batch, token_loss, extras):
+    """(objective or None, logp_NT, entropy_NT) of ``fused_objective``."""
+    return fused_objective(self.graphdef, self.params, batch, token_loss, extras,
+                           chunk=self.chunk, remat=self.remat)
+
+
+@dataclasses.dataclass(frozen=True)
+class Loss:
+  """What the trainer minimises: ``fn(policy, reference, batch, norm) -> (loss, metrics)``.
+
+  ``policy`` is the ``Forward`` being differentiated, ``reference`` the frozen parameters' (None
+  unless ``uses_reference``), ``batch`` one micro-batch and ``norm`` the minibatch's
+  ``normalisers``. ``loss`` is this part's share of the minibatch's loss; metrics named
+  ``*_sum`` add up over parts (their totals are reported without the suffix), ``*_max`` combine
+  by max, ``*_min`` by min. ``name`` names the objective (``rl``, ``sft``)."""
+
+  name: str
+  fn: Callable[..., tuple[jax.Array, dict]]
+  uses_reference: bool = False
+
+  def __call__(self, policy: Forward, reference: Forward | None, batch, norm):
+    return self.fn(policy, reference, batch, norm)
 
 
 def _split_micro(batch, a: int):
@@ -116,84 +178,28 @@ def _split_micro(batch, a: int):
   def one(x):
     n = x.shape[0]
     if n % a:
-      raise ValueError(f"train_step: {n} rows do not split into rl.accumulation_steps={a}")
+      raise ValueError(f"train_step: {n} rows do not split into accumulation_steps={a}")
     return jnp.moveaxis(x.reshape(n // a, a, *x.shape[1:]), 1, 0)
   return jax.tree.map(one, batch)
 
 
-def batch_loss(params, ref_params, batch: Mapping[str, jax.Array], norm, *, graphdef,
-               loss_cfg: losses.LossConfig, chunk: int = 64, remat: str | None = None):
-  """(loss, metrics) of ``batch`` (a part of a minibatch whose normalisers are ``norm``).
-
-  ``old_logp_NT`` from the batch when present, else the current log-probs (on-policy: ratio 1);
-  ``ref_logp`` from ``ref_params`` (skipped when ``loss.kl_coef`` is 0). The token ratio's
-  objective is per-token, so its gradient comes from the fused head; the sequence ratio's from
-  the log-probs.
-  """
-  mask_NT = batch["loss_mask_NT"].astype(jnp.float32)
-  ref_NT = None
-  if loss_cfg.kl_coef:
-    ref_NT = jax.lax.stop_gradient(batch_logprobs(graphdef, ref_params, batch, chunk=chunk))
-  if loss_cfg.ratio == "token":
-    adv_NT = jnp.broadcast_to(batch["advantages_N"].astype(jnp.float32)[:, None], mask_NT.shape)
-    extras = {"weight": losses.token_weights(mask_NT, norm, loss_cfg), "mask": mask_NT,
-              "advantage": adv_NT}
-    if "old_logp_NT" in batch:
-      extras["old_logp"] = batch["old_logp_NT"]
-    if ref_NT is not None:
-      extras["ref_logp"] = ref_NT
-    objective, logp_NT, ent_NT = fused_objective(
-        graphdef, params, batch, functools.partial(losses.token_objective, cfg=loss_cfg), extras,
-        chunk=chunk, remat=remat)
-  else:
-    objective = None
-    logp_NT, ent_NT = batch_logprobs(graphdef, params, batch, chunk=chunk, entropy=True,
-                                     remat=remat)
-  old_NT = batch["old_logp_NT"] if "old_logp_NT" in batch else jax.lax.stop_gradient(logp_NT)
-  ref_NT = jax.lax.stop_gradient(logp_NT) if ref_NT is None else ref_NT
-  loss, metrics = losses.policy_loss(logp_NT, old_NT, ref_NT, batch["advantages_N"],
-                                     batch["loss_mask_NT"], norm, loss_cfg, ent_NT)
-  loss = _with_gradient_of(loss, objective)
-  # The sampler's log-probs against the trainer's (same temperature): should be ~0.
-  gap_NT = jnp.abs(batch["sampler_logp_NT"] - old_NT) * mask_NT
-  metrics["logp_mismatch_sum"] = jnp.sum(gap_NT) / norm["tokens"]
-  metrics["logp_mismatch_max"] = jnp.max(gap_NT)
-  return loss, metrics
-
-
-def sft_batch_loss(params, batch: Mapping[str, jax.Array], norm, *, graphdef, chunk: int = 64,
-                   remat: str | None = None):
-  """(loss, metrics) of SFT on ``batch`` (a part of a minibatch whose normalisers are ``norm``),
-  its gradient from the fused head."""
-  weight_NT = batch["loss_mask_NT"].astype(jnp.float32) / norm["tokens"]
-  objective, logp_NT, ent_NT = fused_objective(
-      graphdef, params, batch, losses.sft_token_objective, {"weight": weight_NT}, chunk=chunk,
-      remat=remat)
-  loss, metrics = losses.sft_loss(logp_NT, batch["loss_mask_NT"], norm, ent_NT)
-  return _with_gradient_of(loss, objective), metrics
-
-
 def train_step(state: TrainState, ref_params, batch: Mapping[str, jax.Array], *, graphdef,
-               loss_cfg: losses.LossConfig, optimizer: optax.GradientTransformation,
+               loss: Loss, optimizer: optax.GradientTransformation,
                accumulation_steps: int = 1, chunk: int = 64,
                rows: NamedSharding | None = None,
-               objective: str = "rl", remat: str | None = None) -> tuple[TrainState, dict]:
-  """One optimizer update on ``batch`` (see the module docstring); metrics are batch-wide.
-
-  ``objective="sft"`` replaces the policy loss by the masked mean token cross-entropy
-  (``losses.sft_loss``; the batch needs only tokens_NT, loss_mask_NT and temperature_N, and
-  ``ref_params`` is unused). ``remat``: the blocks' rematerialisation in the differentiated pass
-  (``model.remat``; None: the graph definition's)."""
+               remat: str | None = None) -> tuple[TrainState, dict]:
+  """One optimizer update of ``loss`` on ``batch`` (see the module docstring); metrics are
+  batch-wide. ``ref_params``: the frozen reference when ``loss.uses_reference`` (else unread).
+  ``remat``: the blocks' rematerialisation in the differentiated pass (``model.remat``; None:
+  the graph definition's)."""
   mask_NT = batch["loss_mask_NT"].astype(jnp.float32)
-  norm = losses.normalisers(mask_NT)  # over the whole minibatch: every micro-batch divides by it
+  norm = normalisers(mask_NT)  # over the whole minibatch: every micro-batch divides by it
+  reference = Forward(graphdef, ref_params, chunk) if loss.uses_reference else None
 
   def part(params, mb):
     if rows is not None:
       mb = jax.lax.with_sharding_constraint(mb, rows)
-    if objective == "sft":
-      return sft_batch_loss(params, mb, norm, graphdef=graphdef, chunk=chunk, remat=remat)
-    return batch_loss(params, ref_params, mb, norm, graphdef=graphdef, loss_cfg=loss_cfg,
-                      chunk=chunk, remat=remat)
+    return loss(Forward(graphdef, params, chunk, remat), reference, mb, norm)
 
   grad_fn = jax.value_and_grad(part, has_aux=True)
   if accumulation_steps == 1:
@@ -209,13 +215,13 @@ def train_step(state: TrainState, ref_params, batch: Mapping[str, jax.Array], *,
     def body(carry, mb):
       grads, metrics = carry
       (_, m), g = grad_fn(state.params, mb)
-      return (jax.tree.map(jnp.add, grads, g), losses.combine_metrics(metrics, m)), None
+      return (jax.tree.map(jnp.add, grads, g), combine_metrics(metrics, m)), None
 
     (grads, metrics), _ = jax.lax.scan(body, (grads0, metrics0), micro)
 
   updates, opt_state = optimizer.update(grads, state.opt_state, state.params)
   params = optax.apply_updates(state.params, updates)
-  metrics = losses.finish_metrics(metrics)
+  metrics = finish_metrics(metrics)
   metrics["grad_norm"] = optax.tree.norm(grads)
   metrics["update_norm"] = optax.tree.norm(updates)
   metrics["tokens"] = norm["tokens"]
@@ -228,13 +234,11 @@ class Trainer:
   ``remat`` (``model.remat``, ``models/remat.py``): how the update's differentiated forward
   rematerialises each block; the no-grad ``logprobs`` pass and the reference pass are unaffected."""
 
-  def __init__(self, graphdef, params_shape, mesh: Mesh, loss_cfg: losses.LossConfig,
+  def __init__(self, graphdef, params_shape, mesh: Mesh, loss: Loss,
                optimizer: optax.GradientTransformation, *, accumulation_steps: int = 1,
-               chunk: int = 64, objective: str = "rl", remat: str = remat_lib.TRAINING_DEFAULT):
-    if objective not in OBJECTIVES:
-      raise ValueError(f"Trainer: objective {objective!r} is not one of {OBJECTIVES}")
+               chunk: int = 64, remat: str = remat_lib.TRAINING_DEFAULT):
     self.remat = remat_lib.check(remat)
-    self.graphdef, self.mesh, self.optimizer = graphdef, mesh, optimizer
+    self.graphdef, self.mesh, self.loss, self.optimizer = graphdef, mesh, loss, optimizer
     self.accumulation_steps = int(accumulation_steps)
     self.rows = NamedSharding(mesh, P(ROW_AXES))
     self.param_shardings = sharding.param_shardings(params_shape, mesh)
@@ -242,11 +246,11 @@ class Trainer:
     self.state_shardings = TrainState(step=sharding.replicated(mesh),
                                       params=self.param_shardings,
                                       opt_state=sharding.param_shardings(opt_shape, mesh))
-    step = functools.partial(train_step, graphdef=graphdef, loss_cfg=loss_cfg,
-                             optimizer=optimizer, accumulation_steps=self.accumulation_steps,
-                             chunk=chunk, rows=self.rows, objective=objective, remat=remat)
-    # SFT reads no reference: its step takes ref_params=None (no second copy of the weights).
-    ref_shardings = self.param_shardings if objective == "rl" else None
+    step = functools.partial(train_step, graphdef=graphdef, loss=loss, optimizer=optimizer,
+                             accumulation_steps=self.accumulation_steps, chunk=chunk,
+                             rows=self.rows, remat=remat)
+    # A loss without a reference takes ref_params=None (no second copy of the weights).
+    ref_shardings = self.param_shardings if loss.uses_reference else None
     # Both compile with the backend's training options (on CPU: Eigen's products).
     self.step = backend.jit(
         step, kind=backend.TRAINING,
@@ -278,5 +282,5 @@ class Trainer:
     n, shards = out["tokens_NT"].shape[0], self.mesh.shape["data"] * self.mesh.shape["fsdp"]
     if n % (shards * self.accumulation_steps):
       raise ValueError(f"train batch: {n} rows must split into data x fsdp = {shards} shards times "
-                       f"rl.accumulation_steps={self.accumulation_steps}")
+                       f"accumulation_steps={self.accumulation_steps}")
     return out
