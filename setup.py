@@ -42,7 +42,7 @@ setuptools.setup(
     ],
     extras_require={
         # torch + accelerate are only the reference implementation in tests and benchmarks;
-        # selenium drives headless Chromium in the run viewer's test (tests/test_view.py);
+        # selenium drives headless Chromium in the run viewer's test (tests/view/test_view.py);
         # nbclient, nbformat and ipykernel execute the colabs (tests/test_colabs.py).
         "test": ["pytest>=8", "chex>=0.1.87", "torch==2.13.0", "accelerate>=1.0", "psutil>=5.9",
                  "pytest-xdist>=3.5", "selenium>=4.11", "nbclient>=0.10", "nbformat>=5.10",

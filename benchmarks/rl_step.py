@@ -26,13 +26,12 @@ import argparse
 import json
 import os
 import shutil
-import sys
 import tempfile
 
 import jax
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, os.path.join(ROOT, "configs"))
+QUICKSTART = os.path.join(ROOT, "configs", "quickstart.py")
 
 
 def start_policy(config, workdir: str, env, from_workdir: str):
@@ -72,7 +71,7 @@ def main(argv=None):
   parser.add_argument("--from_workdir", default="",
                       help="start from this quickstart run's policy (RL checkpoint, else SFT)")
   args = parser.parse_args(argv)
-  import quickstart  # pylint: disable=import-outside-toplevel
+  from arenarl_jax import config_tree
   from arenarl_jax.eval import run
   from arenarl_jax.rl import experience
   from arenarl_jax.sft import stage
@@ -81,7 +80,7 @@ def main(argv=None):
   from arenarl_jax.data import builder
   from arenarl_jax.envs import base
 
-  config = quickstart.get_config(args.arg or None)
+  config = config_tree.load_config_file(f"{QUICKSTART}:{args.arg}")  # its get_config(arg or None)
   with config.unlocked():
     config.rl.steps = args.steps
     config.checkpoint.every = 10**6

@@ -16,9 +16,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import pathlib
 import statistics
-import sys
 import time
 
 import jax
@@ -29,9 +27,7 @@ from arenarl_jax.models.loading import load_model, load_tokenizer
 from arenarl_jax.models.transformer import make_model
 from arenarl_jax.rollout.agent_loop import CompileCounter, Rollout, RolloutSettings
 from arenarl_jax.sampling.sampler import Sampler, SamplingSettings
-
-sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1] / "tests"))
-from rollout_fakes import Steered  # noqa: E402  (the model steered into tool calls, shared)
+from arenarl_jax.testing.rollout_fakes import Steered  # the model steered into tool calls, shared
 
 QUERY = "Plan a three day trip to Lisbon for two people on a budget. Use the tools. ({k})"
 

@@ -10,7 +10,7 @@ other on one event loop (what a rollout's tool phase does per call). MCP = the s
 arenarl_jax.envs.mcp_server`` serving the same world, ``--concurrency`` calls in flight; also shown:
 one call at a time, and a 128-call batch (one rollout turn of 128 rows) as wall seconds. Server
 start-up and a warm-up batch are not timed. If the travel world is not importable, the fake world
-of tests/envs/mcp_fakes.py (the same six tool names) stands in, and the output says so.
+of arenarl_jax/testing/mcp_fakes.py (the same six tool names) stands in, and the output says so.
 """
 from __future__ import annotations
 
@@ -20,13 +20,11 @@ import collections
 import json
 import os
 import pathlib
-import sys
 import time
 
 from arenarl_jax.envs import base, mcp_client, tool_sources
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
-FAKES = ROOT / "tests" / "envs"
 
 
 def load_environment(name: str, seed: int) -> tuple[base.Environment, list[str]]:
@@ -34,10 +32,10 @@ def load_environment(name: str, seed: int) -> tuple[base.Environment, list[str]]
   if name in base.registered():
     return base.make_environment(name, seed), []
   print(f"environment {name!r} is not importable; falling back to the fake environment "
-        f"(tests/envs/mcp_fakes.py: the same six tool names over a two-city world)")
-  sys.path.insert(0, str(FAKES))
-  import mcp_fakes  # noqa: F401  (registers "mcp_fake")
-  return base.make_environment("mcp_fake", seed), ["--import", "mcp_fakes"]
+        f"(arenarl_jax/testing/mcp_fakes.py: the same six tool names over a two-city world)")
+  from arenarl_jax.testing import mcp_fakes  # pylint: disable=import-outside-toplevel
+  # Importing it registers "mcp_fake"; the server imports it by the same name.
+  return base.make_environment("mcp_fake", seed), ["--import", mcp_fakes.__name__]
 
 
 def call_mix(env: base.Environment, tasks: int) -> list[tuple[str, str]]:
@@ -106,9 +104,8 @@ def main() -> None:
   inproc, inproc_errors = asyncio.run(inprocess_rate(env.tool_source(), calls))
   print(f"in-process: {inproc:,.0f} calls/s ({inproc_errors} error results of {len(calls)})")
 
-  paths = [str(ROOT)] + ([str(FAKES)] if server_extra else [])
-  os.environ["PYTHONPATH"] = os.pathsep.join(paths + [os.environ.get("PYTHONPATH", "")]).rstrip(
-      os.pathsep)
+  os.environ["PYTHONPATH"] = os.pathsep.join(
+      [str(ROOT), os.environ.get("PYTHONPATH", "")]).rstrip(os.pathsep)
   command = tool_sources.server_command(env.name, args.seed) + server_extra
   source = mcp_client.McpToolSource(command, mcp_client.McpClientConfig(
       concurrency=args.concurrency, cache_size=0))

@@ -28,7 +28,7 @@ if [ "${1:-}" = "--judge" ]; then
   fi
   if ! command -v chromium >/dev/null 2>&1 || ! command -v chromedriver >/dev/null 2>&1; then
     # Debian's packages (other browser downloads need a network these machines lack); without
-    # apt-get or root this only warns, and tests/test_view.py's browser test skips (or fails
+    # apt-get or root this only warns, and tests/view/test_view.py's browser test skips (or fails
     # under ARENARL_REQUIRE_BROWSER=1).
     SUDO=""
     if [ "$(id -u)" != 0 ] && command -v sudo >/dev/null 2>&1; then SUDO=sudo; fi

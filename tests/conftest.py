@@ -2,11 +2,17 @@
 import os
 
 # Must happen before jax is imported anywhere: unsharded code still runs on device 0. The suite
-# compiles for compile speed (tests/xla_flags.py says how and why).
+# compiles for compile speed (arenarl_jax/testing/xla_flags.py says how and why; importing it
+# imports no jax).
 import sys  # noqa: E402
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import xla_flags  # noqa: E402  pylint: disable=wrong-import-position
+
+from arenarl_jax.testing import xla_flags  # noqa: E402  pylint: disable=wrong-import-position
 os.environ.setdefault("XLA_FLAGS", xla_flags.with_devices(8))
+# The benchmark scripts (benchmarks/<name>.py) that tests run in process import as ``import
+# <name>``, and import their siblings (benchmarks/timing.py, ...) as running ``python
+# benchmarks/<name>.py`` lets them. Appended, so no benchmark's name hides an installed module.
+sys.path.append(os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
+                             "benchmarks"))
 # torch with 2 threads collapses when another process is busy (PLATFORM.md).
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
@@ -67,12 +73,12 @@ def shared_folder(name: str, build) -> str:
 # (``--dist loadscope``: a file's module fixtures are built once). The files that take longest
 # (whole pipelines in subprocesses, SmolLM2 judges, eight-device updates) are handed out first,
 # so the run does not end with one worker finishing a long file while the other idles.
-LONGEST_FIRST = ("test_config_runs.py", "test_pipeline_smoke.py", "test_train_step.py",
-                 "test_experiment_harness.py", "test_training_studies.py",
+LONGEST_FIRST = ("test_config_runs.py", "test_pipeline_smoke.py", "test_trainer.py",
+                 "experiments/test_experiment_harness.py", "experiments/test_training_studies.py",
                  "judges/flax/test_judge.py",
                  "judges/test_http_server.py",
                  "models/test_attention_choice.py", "models/test_cache_attention.py",
-                 "test_train.py", "test_sampler.py")
+                 "rl/test_train.py", "sampling/test_sampler.py")
 
 
 def pytest_collection_modifyitems(session, config, items):

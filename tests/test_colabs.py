@@ -13,7 +13,7 @@ import nbclient
 import nbformat
 import pytest
 
-import xla_flags
+from arenarl_jax.testing import xla_flags
 
 COLABS = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "colabs")
 NAMES = ("01_tournament", "02_quickstart", "03_custom_environment", "04_tpu_pod")

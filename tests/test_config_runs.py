@@ -26,7 +26,6 @@ from arenarl_jax.models.transformer import make_model
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(ROOT, "configs"))
-sys.path.insert(0, os.path.join(ROOT, "benchmarks"))
 import qwen3_8b_pod  # noqa: E402  pylint: disable=g-import-not-at-top,wrong-import-position
 import research_quickstart  # noqa: E402  pylint: disable=g-import-not-at-top,wrong-import-position
 import smollm2_travel  # noqa: E402  pylint: disable=g-import-not-at-top,wrong-import-position
@@ -229,7 +228,8 @@ def test_qwen3_pod_smoke_on_a_three_axis_mesh_then_rl_step_from_it(tmp_path, dat
   result = result_of(capsys.readouterr().out)
   assert result["test_tasks"] == 5 and "win_rate_vs_sft" in result
   check_run_outputs(work, 1)
-  # benchmarks/rl_step.py from that run's policy (its smoke shape is the quickstart smoke's).
+  # benchmarks/rl_step.py from that run's policy (its smoke shape is the quickstart smoke's;
+  # tests/conftest.py puts benchmarks/ on sys.path).
   import rl_step  # pylint: disable=import-outside-toplevel
   rl_step.main(["--arg=smoke", "--steps=1", f"--from_workdir={work}"])
   out = capsys.readouterr().out.strip().splitlines()

@@ -40,12 +40,11 @@ from arenarl_jax.judges import rubric as rubric_lib
 from arenarl_jax.judges import rubric_judge
 from arenarl_jax.sampling.choose import choose_tokens
 from arenarl_jax.sampling.settings import SamplingSettings
+from arenarl_jax.testing import xla_flags
 from arenarl_jax.types import Trajectory
+import pipeline_run  # tests/pipeline_run.py
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, os.path.join(ROOT, "tests"))
-import pipeline_run  # noqa: E402  pylint: disable=wrong-import-position
-import xla_flags  # noqa: E402  pylint: disable=wrong-import-position
 
 
 # ------------------------------------------------------------------ the pieces, in process (fast)

@@ -2,24 +2,18 @@
 step, the ceiling and every model's forward and sampler fractions in one RESULT line."""
 from __future__ import annotations
 
-import os
-import sys
-
 import pytest
 
-BENCH = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(__file__))), "benchmarks")
+# benchmarks/accelerator.py and benchmarks/accelerator_measure.py, importable by name: the suite's
+# conftest.py puts benchmarks/ on sys.path.
 
 
 def test_dry_run_end_to_end(capsys, monkeypatch, smollm2_cache_dir):
   monkeypatch.delenv("JAX_PLATFORMS", raising=False)  # the dry run sets it; restored after
-  sys.path.insert(0, BENCH)
-  try:
-    import accelerator  # pylint: disable=g-import-not-at-top
-    # The train step's dry run (benchmarks/accelerator.py --dry_run --train=on) is left out of
-    # the suite for time; the test budget covers the tests, forward and sampler.
-    result = accelerator.main(["--dry_run", "--train=off", f"--cache_dir={smollm2_cache_dir}"])
-  finally:
-    sys.path.remove(BENCH)
+  import accelerator  # pylint: disable=g-import-not-at-top
+  # The train step's dry run (benchmarks/accelerator.py --dry_run --train=on) is left out of
+  # the suite for time; the test budget covers the tests, forward and sampler.
+  result = accelerator.main(["--dry_run", "--train=off", f"--cache_dir={smollm2_cache_dir}"])
   out = capsys.readouterr().out
   lines = out.strip().splitlines()
   assert lines[-1].startswith("RESULT ")
@@ -35,11 +29,7 @@ def test_dry_run_end_to_end(capsys, monkeypatch, smollm2_cache_dir):
 
 
 def test_flop_counts_by_hand():
-  sys.path.insert(0, BENCH)
-  try:
-    import accelerator_measure as measure  # pylint: disable=g-import-not-at-top
-  finally:
-    sys.path.remove(BENCH)
+  import accelerator_measure as measure  # pylint: disable=g-import-not-at-top
   from arenarl_jax.models.config import PRESETS
   cfg = PRESETS["qwen3_0_6b"]
   # Qwen3-0.6B: 28 x (1024*128*(2*16 + 2*8) + 3*1024*3072) + 151936*1024 weights in matmuls.

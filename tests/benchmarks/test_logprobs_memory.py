@@ -3,20 +3,12 @@ variants in fresh processes) and its one-chunk check: with the per-chunk checkpo
 add no vocabulary-sized memory; without it, each keeps its logits."""
 from __future__ import annotations
 
-import os
-import sys
-
-BENCH = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(__file__))), "benchmarks")
-
 
 def test_smoke_mode_and_one_chunk_check(capsys):
-  sys.path.insert(0, BENCH)
-  try:
-    import logprobs_memory  # pylint: disable=g-import-not-at-top
-    out = logprobs_memory.main(["--model", "tiny", "--batch", "2", "--tokens", "64",
-                                "--variants", ""])
-  finally:
-    sys.path.remove(BENCH)
+  # benchmarks/logprobs_memory.py (tests/conftest.py puts benchmarks/ on sys.path)
+  import logprobs_memory  # pylint: disable=g-import-not-at-top
+  out = logprobs_memory.main(["--model", "tiny", "--batch", "2", "--tokens", "64",
+                              "--variants", ""])
   lines = capsys.readouterr().out.strip().splitlines()
   assert lines[-1].startswith("RESULT ")
   keys = dict(part.split("=", 1) for part in lines[-1].split()[1:])

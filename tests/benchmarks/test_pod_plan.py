@@ -7,7 +7,7 @@ import os
 import subprocess
 import sys
 
-import xla_flags  # tests/xla_flags.py (tests/conftest.py puts tests/ on sys.path)
+from arenarl_jax.testing import xla_flags
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 

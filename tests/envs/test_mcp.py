@@ -1,7 +1,8 @@
 """MCP both sides: our stdio server against the in-process source, and the client's guarantees.
 
 Every server here is a subprocess on stdio (no sockets). The equality and kill tests run on every
-registered environment: ``fake`` (mcp_fakes.py) always, travel and research once they exist.
+registered environment: ``mcp_fake`` (arenarl_jax/testing/mcp_fakes.py) always, travel and
+research once they exist.
 """
 from __future__ import annotations
 
@@ -20,21 +21,18 @@ import pytest
 
 from arenarl_jax import config_tree
 from arenarl_jax.envs import base, inprocess, mcp_client, mcp_server, tool_sources
+from arenarl_jax.testing import mcp_fakes  # registers the "mcp_fake" environment
 
-HERE = pathlib.Path(__file__).resolve().parent
-if str(HERE) not in sys.path:  # mcp_fakes, whatever pytest's import mode
-  sys.path.insert(0, str(HERE))
-import mcp_fakes  # noqa: E402  (registers the "mcp_fake" environment)
-
-ROOT = HERE.parent.parent
-SERVER_ENV = {"PYTHONPATH": os.pathsep.join([str(ROOT), str(HERE)])}
+FAKES = mcp_fakes.__name__  # what the server imports: arenarl_jax.testing.mcp_fakes
+ROOT = pathlib.Path(__file__).resolve().parents[2]
+SERVER_ENV = {"PYTHONPATH": str(ROOT)}
 ENVS = ["mcp_fake"] + [n for n in ("travel", "research") if n in base.registered()]
 SLOW_ARGV = [sys.executable, "-m", "arenarl_jax.envs.mcp_server",
-             "--source", "mcp_fakes:slow_source"]
+             "--source", f"{FAKES}:slow_source"]
 
 
 def server_argv(env_name: str) -> list[str]:
-  return [sys.executable, "-m", "arenarl_jax.envs.mcp_server", "--import", "mcp_fakes",
+  return [sys.executable, "-m", "arenarl_jax.envs.mcp_server", "--import", FAKES,
           "--env", env_name, "--seed", "0"]
 
 
@@ -293,10 +291,10 @@ def test_server_pieces_without_a_subprocess():
   ok = mcp_server.call_result(base.ToolResult(text="fine"))
   assert not ok.isError and ok.meta is None
   with pytest.raises(ValueError, match="--source"):
-    mcp_server.load_source("mcp_fakes")
+    mcp_server.load_source(FAKES)
   with pytest.raises(ValueError, match="no attribute"):
-    mcp_server.load_source("mcp_fakes:nothing_here")
-  assert isinstance(mcp_server.load_source("mcp_fakes:slow_source"), mcp_fakes.SlowSource)
+    mcp_server.load_source(f"{FAKES}:nothing_here")
+  assert isinstance(mcp_server.load_source(f"{FAKES}:slow_source"), mcp_fakes.SlowSource)
 
 
 def test_name_map_renames_and_hides_shadowed_server_tools():

@@ -2,8 +2,8 @@
 fake CPU devices (one process holds every block) the loaded model equals the one loaded whole,
 each parameter has its rule's sharding and exactly the parameter bytes are read, each distinct
 block once however many devices replicate it; the errors are those of a whole load; two
-processes joined by jax.distributed each read about half (tests/host_slices_run.py); the policy
-loaded into a run's mesh goes straight into the trainer."""
+processes joined by jax.distributed each read about half (tests/models/host_slices_run.py); the
+policy loaded into a run's mesh goes straight into the trainer."""
 import dataclasses
 import json
 import os
@@ -18,7 +18,6 @@ import pytest
 from flax import nnx
 from safetensors.numpy import load_file, save_file
 
-import xla_flags
 from arenarl_jax import config_tree
 from arenarl_jax import sharding
 from arenarl_jax.models import loading
@@ -27,8 +26,10 @@ from arenarl_jax.models.config import ModelConfig
 from arenarl_jax.models.transformer import make_model
 from arenarl_jax.rl import loop
 from arenarl_jax.sft import policy as policy_lib
+from arenarl_jax.testing import xla_flags
 
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(os.path.dirname(HERE))
 # Untied head and q/k/v biases (every partition rule has a parameter); q/o kernels not square
 # (n_heads * head_dim != d_model), so a swapped kernel index cannot go unnoticed.
 CFG = ModelConfig(family="qwen2", vocab_size=384, d_model=32, n_layers=2, n_heads=4,
@@ -146,7 +147,7 @@ def test_two_processes_each_read_their_half(ckpt, tmp_path):
     s.bind(("127.0.0.1", 0))
     port = s.getsockname()[1]
   env = dict(os.environ, PYTHONPATH=ROOT, XLA_FLAGS=xla_flags.with_devices(2))
-  procs = [subprocess.Popen([sys.executable, os.path.join(ROOT, "tests", "host_slices_run.py"),
+  procs = [subprocess.Popen([sys.executable, os.path.join(HERE, "host_slices_run.py"),
                              path, str(tmp_path / f"proc{i}.json"), "--proc", str(i),
                              "--port", str(port)],
                             env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)

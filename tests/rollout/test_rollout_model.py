@@ -6,7 +6,6 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from rollout_fakes import FakeToolSource, Steered, smollm2_tokenizer
 
 from arenarl_jax.envs.base import Task
 from arenarl_jax.models.config import PRESETS
@@ -14,6 +13,7 @@ from arenarl_jax.models.logprobs import token_logprobs
 from arenarl_jax.models.transformer import make_model
 from arenarl_jax.rollout.agent_loop import CompileCounter, Rollout, RolloutSettings
 from arenarl_jax.sampling.sampler import Sampler, SamplingSettings
+from arenarl_jax.testing.rollout_fakes import FakeToolSource, Steered, smollm2_tokenizer
 
 def tasks(offset):
   # Same token lengths in both rollouts (one digit changes), so the shapes repeat.

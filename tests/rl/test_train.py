@@ -11,12 +11,13 @@ import jax
 import numpy as np
 import pytest
 
-import fake_run
-import xla_flags
+import fake_run  # tests/rl/fake_run.py
 from arenarl_jax import metrics as metrics_lib
 from arenarl_jax.rl import loop
+from arenarl_jax.testing import xla_flags
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(os.path.dirname(HERE))
 
 
 def _params(state):
@@ -32,7 +33,7 @@ def _run_in_process(workdir, **kill):
 
 def _script(workdir, *args, devices=8):
   env = dict(os.environ, PYTHONPATH=ROOT, XLA_FLAGS=xla_flags.with_devices(devices))
-  return subprocess.Popen([sys.executable, os.path.join(ROOT, "tests", "fake_run.py"), str(workdir),
+  return subprocess.Popen([sys.executable, os.path.join(HERE, "fake_run.py"), str(workdir),
                            *map(str, args)], env=env, stdout=subprocess.PIPE,
                           stderr=subprocess.STDOUT, text=True)
 

@@ -4,11 +4,11 @@ import json
 
 import numpy as np
 import pytest
-from rollout_fakes import smollm2_tokenizer
 
 from arenarl_jax.text import chat_format
 from arenarl_jax.text import messages as msgs
 from arenarl_jax import types
+from arenarl_jax.testing.rollout_fakes import smollm2_tokenizer
 
 TOOLS = [{"name": "search_poi", "description": "Points of interest.",
           "parameters": {"type": "object", "properties": {"city": {"type": "string"}}}},

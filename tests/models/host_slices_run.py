@@ -1,6 +1,6 @@
 """One process of the two-process host-slices test (tests/models/test_host_slices.py).
 
-  python tests/host_slices_run.py CKPT OUT_JSON --proc I --port P
+  python tests/models/host_slices_run.py CKPT OUT_JSON --proc I --port P
 
 Joins a 2-process jax.distributed run on CPU (gloo), loads the HF checkpoint ``CKPT`` onto a
 fsdp=2 x tensor=2 mesh of the 4 global devices (this process holds the fsdp half on its own two
@@ -53,5 +53,5 @@ def main(argv):
 
 
 if __name__ == "__main__":
-  sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+  sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
   main(sys.argv[1:])

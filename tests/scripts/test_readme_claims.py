@@ -1,18 +1,19 @@
 """The README's claims tables (``scripts/readme_claims.py``): the committed block is what the
 experiments' CSVs say, and the rendering follows the verdict rule on hand-built CSVs."""
 import csv
+import importlib.util
 import json
 import pathlib
 import re
-import sys
 
 import pytest
 
-ROOT = pathlib.Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "scripts"))
-import readme_claims  # noqa: E402  pylint: disable=wrong-import-position
+from arenarl_jax.experiments import tables
 
-from arenarl_jax.experiments import tables  # noqa: E402
+ROOT = pathlib.Path(__file__).resolve().parents[2]
+_spec = importlib.util.spec_from_file_location("readme_claims", ROOT / "scripts/readme_claims.py")
+readme_claims = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(readme_claims)
 
 
 def test_the_readme_block_matches_the_experiments_csvs(capsys):

@@ -23,12 +23,11 @@ from arenarl_jax.eval import bootstrap
 from arenarl_jax.experiments import claims, hierarchical, pooling, record, runner, staleness
 from arenarl_jax.experiments import tables
 from arenarl_jax.experiments import study as study_lib
+from arenarl_jax.testing import xla_flags
+import study_folder  # tests/experiments/study_folder.py
 
-ROOT = pathlib.Path(__file__).resolve().parents[1]
+ROOT = pathlib.Path(__file__).resolve().parents[2]
 STUDY = ROOT / "experiments" / "quickstart_control"
-sys.path.insert(0, str(ROOT / "tests"))
-import xla_flags  # noqa: E402  pylint: disable=wrong-import-position
-import study_folder  # tests/study_folder.py
 
 OUTPUTS = ("results.csv", "steps.csv", "claims.csv", "README.md", "arms.png", "curves.png")
 

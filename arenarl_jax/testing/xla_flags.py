@@ -8,7 +8,7 @@ CPU's classic fusion emitters instead of the MLIR ones (``--xla_cpu_use_fusion_e
 Both are code-generation choices: the programs compute the same operations in the same order,
 only less optimised. Measured on the 2-core development machine, they cut the suite's compile
 time by about half (``tests/README.md``). The main job, the benchmarks and users' runs compile
-with XLA's defaults (``tests/test_xla_flags.py`` checks a model's forward pass both ways).
+with XLA's defaults (``tests/testing/test_xla_flags.py`` checks a model's forward pass both ways).
 """
 
 FAST_COMPILE = "--xla_backend_optimization_level=0 --xla_cpu_use_fusion_emitters=false"

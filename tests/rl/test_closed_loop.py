@@ -4,7 +4,7 @@ Every other RL test checks plumbing (shapes, masks, resume, equal parameters acr
 one checks that the loop learns. It runs the real loop (``rl/loop.run`` with ``rl/experience``:
 the sampler, the agent loop running the tools, the noise-free rubric judge on the world's
 checker, seeded single elimination, the tournament's advantages, the train step) on a 2-layer
-random model in the lookup world (``tests/lookup_env.py``: look ``key0`` up, answer with its
+random model in the lookup world (``tests/rl/lookup_env.py``: look ``key0`` up, answer with its
 value), and measures the strict verifier on rollouts of held-out prompts at the training
 temperature (never the training reward):
   - the run's solved rate rises from below 0.2 to above 0.8 within ``STEPS`` RL steps;
@@ -14,9 +14,9 @@ temperature (never the training reward):
 The twins share every compiled program (same shapes: the second run compiles nothing); both
 curves are printed (``pytest -s``). The world's partial credit is checked by hand first.
 
-The twins run in one subprocess (``python tests/test_closed_loop.py OUT.json``) on one CPU device
+The twins run in one subprocess (``python tests/rl/test_closed_loop.py OUT.json``) on one CPU device
 with XLA's default flags: the loop's run time dominates, and the suite's fast-compile flags
-(``tests/xla_flags.py``) and eight fake devices would make it slower.
+(``arenarl_jax/testing/xla_flags.py``) and eight fake devices would make it slower.
 """
 import json
 import os
@@ -28,7 +28,7 @@ import numpy as np
 import pytest
 from flax import nnx
 
-import lookup_env
+import lookup_env  # tests/rl/lookup_env.py
 from arenarl_jax import config_tree, types
 from arenarl_jax.judges.rubric_judge import RubricJudge
 from arenarl_jax.models.config import ModelConfig
@@ -126,6 +126,7 @@ def test_the_worlds_credit_is_a_ladder_and_its_verifier_is_strict():
 
 CONTROLS = ("none", "permute")
 HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(os.path.dirname(HERE))
 
 
 def run_twins(workdir: str) -> dict[str, list[tuple[int, float]]]:
@@ -135,7 +136,7 @@ def run_twins(workdir: str) -> dict[str, list[tuple[int, float]]]:
 @pytest.fixture(scope="module")
 def curves(tmp_path_factory):
   tmp = tmp_path_factory.mktemp("closed_loop")
-  env = dict(os.environ, XLA_FLAGS="", PYTHONPATH=os.path.dirname(HERE))
+  env = dict(os.environ, XLA_FLAGS="", PYTHONPATH=ROOT)
   proc = subprocess.run([sys.executable, os.path.abspath(__file__), str(tmp / "curves.json")],
                         env=env, cwd=tmp, capture_output=True, text=True, timeout=900,
                         check=False)

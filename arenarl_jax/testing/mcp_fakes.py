@@ -1,10 +1,10 @@
 """Test doubles for the MCP tests: a tiny "mcp_fake" environment and a slow, counting tool source.
 
 ``mcp_fake`` has the six travel tool names over a hand-written world of two cities, so the MCP tests
-(and ``benchmarks/tools.py``, until the travel world is importable) exercise valid calls,
-bad-argument and not-found errors and truncation without the real world. Importing this module
-registers ``mcp_fake`` in the environment registry; the MCP server reaches it with
-``--import mcp_fakes --env mcp_fake`` when this folder is on ``PYTHONPATH``.
+(``tests/envs/test_mcp.py``; and ``benchmarks/tools.py``, until the travel world is importable)
+exercise valid calls, bad-argument and not-found errors and truncation without the real world.
+Importing this module registers ``mcp_fake`` in the environment registry; the MCP server reaches it
+with ``--import arenarl_jax.testing.mcp_fakes --env mcp_fake``.
 
 ``slow_source()`` answers ``wait`` after a short asyncio sleep and counts how many calls were in
 progress at once; ``stats`` reports the peak and the number of calls served, so a test can check a

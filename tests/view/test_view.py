@@ -19,11 +19,10 @@ import pytest
 
 from arenarl_jax import view
 from arenarl_jax.view import __main__ as view_cli
+from arenarl_jax.testing import xla_flags
 from arenarl_jax.view import markup
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, os.path.join(ROOT, "tests"))
-import xla_flags  # noqa: E402  pylint: disable=wrong-import-position
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 GROUP_SIZE = 4
 HOSTILE = ("<script>alert(1)</script>", "\"><img src=x onerror=alert(2)>", "</script>",
            "{{7*7}} ${x}", "'onmouseover='alert(3)", "é中文\U0001F600 \u202e \x00 \ud800",

@@ -19,11 +19,10 @@ import pytest
 
 from arenarl_jax.experiments import run_stats, runner, tables
 from arenarl_jax.experiments import study as study_lib
+from arenarl_jax.testing import xla_flags
+import study_folder  # tests/experiments/study_folder.py
 
-ROOT = pathlib.Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "tests"))
-import xla_flags  # noqa: E402  pylint: disable=wrong-import-position
-import study_folder  # tests/study_folder.py
+ROOT = pathlib.Path(__file__).resolve().parents[2]
 
 
 def _command(folder):

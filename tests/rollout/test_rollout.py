@@ -5,7 +5,6 @@ import json
 import jax
 import numpy as np
 import pytest
-from rollout_fakes import FakeToolSource, FaultInjecting, ScriptedSampler, smollm2_tokenizer
 
 from arenarl_jax.text import chat_format
 from arenarl_jax.text import messages as msgs
@@ -14,6 +13,8 @@ from arenarl_jax.envs.base import Task
 from arenarl_jax.rollout.agent_loop import Rollout, RolloutErrorsExceeded, RolloutSettings
 from arenarl_jax.sampling.sampler import SamplingSettings
 from arenarl_jax.types import TRAJECTORY_FINISH_REASONS
+from arenarl_jax.testing.rollout_fakes import (FakeToolSource, FaultInjecting, ScriptedSampler,
+                                                 smollm2_tokenizer)
 
 IM_END = 2
 

@@ -1,14 +1,15 @@
-"""The suite compiles for compile speed (``tests/xla_flags.py``); the main job and users' runs
-compile with XLA's defaults. A model's forward pass and gradient agree between the two."""
+"""The suite compiles for compile speed (``arenarl_jax/testing/xla_flags.py``); the main job and
+users' runs compile with XLA's defaults. A model's forward pass and gradient agree between the
+two."""
 import os
 import subprocess
 import sys
 
 import numpy as np
 
-import xla_flags
+from arenarl_jax.testing import xla_flags
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 # Prints the logits and the gradient's leaves of a random quickstart-shaped model as .npz.
 PROGRAM = """

@@ -11,9 +11,9 @@ from arenarl_jax.experiments import agreement_metrics as am
 from arenarl_jax.experiments import claims, tables
 from arenarl_jax.judges import local_server
 from arenarl_jax.judges import verdict as verdict_lib
-import study_folder  # tests/study_folder.py
+import study_folder  # tests/experiments/study_folder.py
 
-ROOT = pathlib.Path(__file__).resolve().parents[1]
+ROOT = pathlib.Path(__file__).resolve().parents[2]
 STUDY = ROOT / "experiments" / "judge_agreement"
 SMALL = agreement.PairSet(per_bin=2, subtasks=("search", "compare"))
 

@@ -2,7 +2,7 @@
 
 Rule (tournament/topology.py): a failed match is left out of the ranking evidence and both of
 its players are unranked (advantage 0, ``ranked`` False: no gradient), whichever side broke the
-judge; the others are ranked and standardized among themselves. tests/test_failure_rule.py
+judge; the others are ranked and standardized among themselves. tests/rl/test_failure_rule.py
 checks the rule's advantages and masks under random failure patterns.
 """
 import itertools

@@ -1,4 +1,5 @@
-"""A tool-use world small enough to learn from scratch in seconds (``tests/test_closed_loop.py``).
+"""A tool-use world small enough to learn from scratch in seconds
+(``tests/rl/test_closed_loop.py``).
 
 The prompt asks for the value stored under ``key0``; the world's value is one of four, drawn from
 its seed, so the ``lookup`` tool is the way to it. Solved: look the key up, then answer with the

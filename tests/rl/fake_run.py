@@ -1,6 +1,7 @@
 """A tiny fake-rollout RL run, used in-process and as a subprocess by the train tests.
 
-  python tests/fake_run.py WORKDIR [--kill_at STEP] [--term_at STEP] [--procs K --proc I --port P]
+  python tests/rl/fake_run.py WORKDIR [--kill_at STEP] [--term_at STEP]
+                              [--procs K --proc I --port P]
 ``--kill_at``: SIGKILL itself when asked for step STEP's rollout (after step STEP's checkpoint);
 ``--term_at``: SIGTERM itself there (the loop finishes that step, saves and returns).
 """
@@ -77,5 +78,5 @@ def main(argv):
 
 
 if __name__ == "__main__":
-  sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+  sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
   main(sys.argv[1:])

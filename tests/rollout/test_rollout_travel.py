@@ -3,7 +3,6 @@ real travel tools gets the checker's maximum, and SmolLM2 rolls out on the trave
 import jax
 import numpy as np
 import pytest
-from rollout_fakes import ScriptedSampler, smollm2_tokenizer
 
 from arenarl_jax.text import chat_format
 from arenarl_jax.text import messages as msgs
@@ -11,6 +10,7 @@ from arenarl_jax.envs import base
 from arenarl_jax.rollout.agent_loop import Rollout, RolloutSettings
 from arenarl_jax.sampling.sampler import Sampler, SamplingSettings
 from arenarl_jax.types import TRAJECTORY_FINISH_REASONS
+from arenarl_jax.testing.rollout_fakes import ScriptedSampler, smollm2_tokenizer
 
 IM_END = 2
 
