@@ -112,7 +112,7 @@ class Experience:
     stats["valid_rate"] = float(batch.valid_rate)
     # A count, not the rollout/finish/error share: rows lost to host bugs below
     # rollout.max_error_share (above it the rollout raised) stay visible per step.
-    stats["rollout/errors"] = float(batch.stats["errors"])
+    stats["rollout/errors"] = float(batch.stats.get("errors", 0))  # a source may count none
     stats.update(rollout_stats.trajectory_metrics(flat, "rollout", self.tool_names))
     if "judge/requests" in stats and groups:
       stats["judge/requests_per_group"] = stats["judge/requests"] / len(groups)

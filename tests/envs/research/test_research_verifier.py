@@ -82,7 +82,9 @@ def test_an_unfinished_trajectory_meets_nothing(env, finish):
          "function": {"name": "web_search", "arguments": '{"query": "more"}'}}]}], "answer")
   else:
     traj = _traj(task, msgs, finish)
-  assert env.verify(traj) == base.Verification(met=0, total=total, unmet=("finished",))
+  facts = len(verifier.fact_names(task))  # only the facts are content
+  assert env.verify(traj) == base.Verification(met=0, total=total, unmet=("finished",),
+                                               content_met=0, content_total=facts)
 
 
 def test_memorised_and_pasted_answers_are_not_solved(env):
