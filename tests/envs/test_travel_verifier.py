@@ -38,7 +38,16 @@ def _consistent(v: base.Verification) -> None:
   assert v.met + len(v.unmet) == v.total or v.unmet == ("finished",)
   assert v.solved == (not v.unmet) == (v.met == v.total)
   assert v.as_dict() == {"solved": v.solved, "unmet": list(v.unmet), "met": v.met,
-                         "total": v.total}
+                         "total": v.total, "content_met": v.content_met,
+                         "content_total": v.content_total}
+  # Content is every requirement but the two format ones; a finished trajectory's unmet
+  # content requirements are exactly its unmet names other than those two.
+  assert v.content_total == v.total - 2
+  if v.unmet != ("finished",):
+    unmet_content = [u for u in v.unmet if u not in ("finished", "facts_supported")]
+    assert v.content_met == v.content_total - len(unmet_content)
+  else:
+    assert v.content_met == 0
 
 
 def test_expert_without_errors_solves_every_test_task(env, tests_by_subtask):
@@ -88,7 +97,8 @@ def test_unfinished_trajectories_meet_nothing(env, tests_by_subtask):
       assert (v.met, v.total, v.unmet, v.solved) == (0, total, ("finished",), False), (sub, v)
     calls_last = dataclasses.replace(good, steps=good.steps[:1])  # ends on its first calls
     assert calls_last.steps[-1].tool_calls
-    assert env.verify(calls_last) == base.Verification(0, total, ("finished",))
+    assert env.verify(calls_last) == base.Verification(0, total, ("finished",), content_met=0,
+                                                       content_total=total - 2)
     empty = dataclasses.replace(good, steps=good.steps[:-1] + (types.Step(content="  "),))
     assert env.verify(empty).unmet == ("finished",)
     assert env.verify(dataclasses.replace(good, finish_reason="answer")).solved
