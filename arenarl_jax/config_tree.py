@@ -77,7 +77,7 @@ def make_base_config() -> ml_collections.ConfigDict:
       **defaults(env_settings.CommonSettings),
       tools="inprocess",  # inprocess | mcp (arenarl_jax/envs/tool_sources.py)
       schemas="full",  # full | compact | none: tool schemas the policy is shown (envs/compact_schemas.py)
-      mcp=defaults(env_settings.McpClientConfig),  # env.tools=mcp: server command, limits, name_map
+      mcp=defaults(env_settings.McpClientSettings),  # env.tools=mcp: server command, limits, name_map
   )
   # env.<name>: the keys only that environment takes (env.travel.train_per_subtask, ...).
   for name, spec in env_settings.ENVIRONMENTS.items():

@@ -1,7 +1,7 @@
 """Config sections <-> frozen settings dataclasses, the one way both directions.
 
-    settings = settings_from_config(HttpJudgeConfig, config.judge.http, "judge.http")
-    section = defaults(HttpJudgeConfig)   # field -> default: what config_tree declares
+    settings = settings_from_config(HttpJudgeSettings, config.judge.http, "judge.http")
+    section = defaults(HttpJudgeSettings)   # field -> default: what config_tree declares
 
 A settings class is a frozen dataclass whose fields are exactly the keys of one config section
 (``judge.http``, ``env.travel``, ``eval``, ...). ``config_tree`` builds the section from

@@ -132,7 +132,7 @@ def train(model: Transformer, sizes) -> tuple[float, float]:
   params = nnx.to_pure_dict(state)
   mesh = jax.sharding.Mesh(np.asarray(jax.devices()[:1]).reshape(1, 1, 1),
                            ("data", "fsdp", "tensor"))
-  loss_cfg = losses.LossConfig(ratio="token", kl="k3", kl_coef=0.02, clip_low=0.2,
+  loss_cfg = losses.LossSettings(ratio="token", kl="k3", kl_coef=0.02, clip_low=0.2,
                                clip_high=0.28, aggregation="seq_mean_token_mean")
   optim = dict(lr=1e-6, weight_decay=0.1, b1=0.9, b2=0.98, grad_clip=1.0, schedule="constant",
                warmup_steps=0)

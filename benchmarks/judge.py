@@ -224,7 +224,7 @@ def bench_http(matches: list[Match], kind: str, slots: int, args) -> tuple[float
   print(f"http server {kind}:{slots}: {type(server).__name__} {server.settings()}, "
         f"response_format={response_format}")
   with server:
-    config = http.HttpJudgeConfig(base_url=server.base_url, model="smollm2",
+    config = http.HttpJudgeSettings(base_url=server.base_url, model="smollm2",
                                   response_format=response_format,
                                   max_tokens=args.max_tokens,
                                   max_concurrency=2 * len(matches), timeout_s=900.0,

@@ -107,7 +107,7 @@ def main() -> None:
   os.environ["PYTHONPATH"] = os.pathsep.join(
       [str(ROOT), os.environ.get("PYTHONPATH", "")]).rstrip(os.pathsep)
   command = tool_sources.server_command(env.name, args.seed) + server_extra
-  source = mcp_client.McpToolSource(command, mcp_client.McpClientConfig(
+  source = mcp_client.McpToolSource(command, mcp_client.McpClientSettings(
       concurrency=args.concurrency, cache_size=0))
   rates = asyncio.run(mcp_rates(source, calls, args.concurrency))
   print(f"MCP stdio, {args.concurrency} in flight: {rates['concurrent']:,.0f} calls/s "

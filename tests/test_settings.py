@@ -28,7 +28,7 @@ def test_settings_from_config_builds_from_configdict_mapping_or_none():
 
 def test_settings_from_config_raises_on_an_unknown_key_naming_section_and_key():
   with pytest.raises(ValueError, match=r"judge\.http: unknown key\(s\) \['max_concurency'\]"):
-    settings_from_config(judge_settings.HttpJudgeConfig, {"max_concurency": 2}, "judge.http")
+    settings_from_config(judge_settings.HttpJudgeSettings, {"max_concurency": 2}, "judge.http")
   c = config_tree.make_base_config()
   c.env.travel.train_per_subtaks = 3  # the tree is unlocked: the typo reaches the settings
   with pytest.raises(ValueError, match=r"env\.travel: unknown key.*train_per_subtaks"):
@@ -40,9 +40,9 @@ def test_settings_from_config_raises_on_an_unknown_key_naming_section_and_key():
 def test_loss_section_keys_are_never_dropped():
   from arenarl_jax.rl import losses  # pylint: disable=import-outside-toplevel
   c = config_tree.make_base_config()
-  assert losses.LossConfig.from_config(c.loss) == losses.LossConfig()
+  assert losses.LossSettings.from_config(c.loss) == losses.LossSettings()
   with pytest.raises(ValueError, match=r"loss: unknown key\(s\) \['kl_coeff'\]"):
-    losses.LossConfig.from_config({"kl_coeff": 0.1})
+    losses.LossSettings.from_config({"kl_coeff": 0.1})
 
 
 def test_sections_are_generated_from_the_registries():
@@ -51,7 +51,7 @@ def test_sections_are_generated_from_the_registries():
     assert c.judge[name].to_dict() == defaults(cls), name
   for name, spec in env_settings.ENVIRONMENTS.items():
     assert c.env[name].to_dict() == defaults(spec.settings), name
-  assert c.env.mcp.to_dict() == defaults(env_settings.McpClientConfig)
+  assert c.env.mcp.to_dict() == defaults(env_settings.McpClientSettings)
   assert {k: c.env[k] for k in env_settings.COMMON_KEYS} == defaults(env_settings.CommonSettings)
   assert set(env_settings.ENVIRONMENTS) == {"travel", "research"}
 
@@ -96,3 +96,15 @@ def test_make_judge_takes_the_environment_rubric():
   c.judge.rubric = "travel"
   with pytest.raises(ValueError, match="not the environment's rubric 'deep_research'"):
     judges.make_judge(c.judge, env_rubric="deep_research", checker=checker)
+
+
+def test_settings_classes_are_named_settings():
+  """One suffix for a config section's settings class: ``*Settings``. Only the model's
+  architecture (``ModelConfig``) and tfds' builder config keep ``Config``."""
+  import ast
+  import pathlib
+  root = pathlib.Path(__file__).resolve().parents[1] / "arenarl_jax"
+  named = sorted(f"{p.relative_to(root)}:{node.name}" for p in root.rglob("*.py")
+                 for node in ast.walk(ast.parse(p.read_text()))
+                 if isinstance(node, ast.ClassDef) and node.name.endswith("Config"))
+  assert named == ["data/builder.py:SourceConfig", "models/config.py:ModelConfig"]

@@ -50,7 +50,7 @@ from mcp import ClientSession, McpError, StdioServerParameters
 from mcp.client.stdio import stdio_client
 
 from arenarl_jax.envs import base, inprocess
-from arenarl_jax.envs.settings import McpClientConfig  # noqa: F401 (re-exported)
+from arenarl_jax.envs.settings import McpClientSettings  # noqa: F401 (re-exported)
 from arenarl_jax.envs.mcp_server import ERROR_KIND_META
 
 log = logging.getLogger(__name__)
@@ -180,9 +180,9 @@ class _Connection:
 class McpToolSource:
   """The tool-source contract over one stdio MCP server (see the module docstring)."""
 
-  def __init__(self, command: str | Sequence[str], config: McpClientConfig | None = None,
+  def __init__(self, command: str | Sequence[str], config: McpClientSettings | None = None,
                env: Mapping[str, str] | None = None):
-    self.config = config or McpClientConfig()
+    self.config = config or McpClientSettings()
     argv = shlex.split(command) if isinstance(command, str) else [str(a) for a in command]
     if not argv:
       raise ValueError("env.mcp.command: empty command")

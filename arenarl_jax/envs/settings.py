@@ -54,7 +54,7 @@ class ResearchSettings:
 
 
 @dataclasses.dataclass(frozen=True)
-class McpClientConfig:
+class McpClientSettings:
   """Settings of one MCP server connection (the ``env.mcp`` config section, field for field)."""
 
   command: str = ""  # shell-style command line; "" = serve env.name/env.seed from this package

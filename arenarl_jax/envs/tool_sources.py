@@ -30,7 +30,7 @@ def make_tool_source(config: Any) -> base.ToolSource:
   if kind == "inprocess":
     return base.make_environment_from_config(env).tool_source()
   if kind == "mcp":
-    mcp_config = settings_from_config(mcp_client.McpClientConfig, env["mcp"], "env.mcp")
+    mcp_config = settings_from_config(mcp_client.McpClientSettings, env["mcp"], "env.mcp")
     command = mcp_config.command or server_command(env["name"], env["seed"])
     return mcp_client.McpToolSource(command, mcp_config)
   raise ValueError(f"env.tools: unknown tool source {kind!r}; known: {list(TOOL_SOURCES)}")

@@ -79,9 +79,9 @@ class PairSet:
 @dataclasses.dataclass(frozen=True)
 class JudgeSpec:
   """One judge of the study. ``options``: rubric: ``noise`` (NoiseModel fields), ``seed``;
-  flax: ``model`` ("smollm2" or "tiny"), ``flax`` (FlaxJudgeConfig fields), ``compact``,
+  flax: ``model`` ("smollm2" or "tiny"), ``flax`` (FlaxJudgeSettings fields), ``compact``,
   ``render``; http: ``server`` ("python": llama-cpp-python's, the one the test setup installs,
-  or "native"), ``n_threads``, ``n_ctx``, ``http`` (HttpJudgeConfig fields), ``render``. Any
+  or "native"), ``n_threads``, ``n_ctx``, ``http`` (HttpJudgeSettings fields), ``render``. Any
   kind: ``chunk`` (pairs per judge call; 0 = all at once)."""
 
   name: str

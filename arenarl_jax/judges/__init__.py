@@ -10,8 +10,8 @@ package loads no HTTP, array or model code: ``make_judge`` imports the backend i
 """
 from arenarl_jax.judges.registry import make_judge, register_backend
 from arenarl_jax.judges.rubric import Rubric, load_rubric
-from arenarl_jax.judges.settings import (FlaxJudgeConfig, HttpJudgeConfig, NoiseModel,
+from arenarl_jax.judges.settings import (FlaxJudgeSettings, HttpJudgeSettings, NoiseModel,
                                          RenderLimits)
 
-__all__ = ["make_judge", "register_backend", "Rubric", "load_rubric", "FlaxJudgeConfig",
-           "HttpJudgeConfig", "NoiseModel", "RenderLimits"]
+__all__ = ["make_judge", "register_backend", "Rubric", "load_rubric", "FlaxJudgeSettings",
+           "HttpJudgeSettings", "NoiseModel", "RenderLimits"]

@@ -34,7 +34,7 @@ from arenarl_jax.judges import cache as cache_lib
 from arenarl_jax.judges import registry, render
 from arenarl_jax.judges import rubric as rubric_lib
 from arenarl_jax.judges.settings import (  # noqa: F401 (re-exported: the backend's names)
-    RESPONSE_FORMATS, HttpJudgeConfig, JudgeConfigError)
+    RESPONSE_FORMATS, HttpJudgeSettings, JudgeConfigError)
 from arenarl_jax.judges import stats
 from arenarl_jax.judges import verdict as verdict_lib
 from arenarl_jax.settings import settings_from_config
@@ -103,7 +103,7 @@ def _names_format(text: str) -> bool:
 class HttpJudge(Stateless):
   """Pairwise ``judge(matches)`` and pointwise ``score(trajectories)`` over an HTTP endpoint."""
 
-  def __init__(self, config: HttpJudgeConfig, rubric: rubric_lib.Rubric | str = "travel",
+  def __init__(self, config: HttpJudgeSettings, rubric: rubric_lib.Rubric | str = "travel",
                compact: bool = False, limits: render.RenderLimits = render.RenderLimits(),
                transport: httpx.AsyncBaseTransport | None = None):
     self.config = config
@@ -385,7 +385,7 @@ class HttpJudge(Stateless):
 def make_http_judge(cfg: Mapping[str, Any]) -> HttpJudge:
   """``backend="http"``: an OpenAI-compatible endpoint."""
   return HttpJudge(
-      settings_from_config(HttpJudgeConfig, cfg.get("http"), "judge.http"),
+      settings_from_config(HttpJudgeSettings, cfg.get("http"), "judge.http"),
       rubric=registry.rubric_name(cfg), compact=bool(cfg.get("compact", False)),
       limits=settings_from_config(render.RenderLimits, cfg.get("render"), "judge.render"))
 

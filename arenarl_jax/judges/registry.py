@@ -7,8 +7,8 @@
            "deep_research" | path to a rubric JSON file (settings.resolve_rubric)
   compact: bool, seed: int            (compact: the verdict schema with dimension scores only)
   render:  RenderLimits fields        (judge.render.max_tool_result_chars, ...)
-  http:    HttpJudgeConfig fields     (judge.http.base_url, .model, .api_key_env, ...)
-  flax:    FlaxJudgeConfig fields     (judge.flax.model, .mode, ...)
+  http:    HttpJudgeSettings fields     (judge.http.base_url, .model, .api_key_env, ...)
+  flax:    FlaxJudgeSettings fields     (judge.flax.model, .mode, ...)
   noise:   NoiseModel fields          (judge.noise.pointwise_std, ...; backends rubric, verifier)
 
 Factories are "module:function" paths imported on first use: this module loads no HTTP, array

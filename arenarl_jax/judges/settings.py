@@ -1,6 +1,6 @@
 """The judge backends' settings, one frozen dataclass per ``judge.<section>``, and their registry.
 
-    SECTIONS = {"render": RenderLimits, "http": HttpJudgeConfig, "flax": FlaxJudgeConfig,
+    SECTIONS = {"render": RenderLimits, "http": HttpJudgeSettings, "flax": FlaxJudgeSettings,
                 "noise": NoiseModel}
 
 ``config_tree`` generates ``judge.<name>`` from each registered class's fields and defaults, and
@@ -47,7 +47,7 @@ class RenderLimits:
 
 
 @dataclasses.dataclass(frozen=True)
-class HttpJudgeConfig:
+class HttpJudgeSettings:
   """Settings of the HTTP judge (``judge.http`` in configs)."""
 
   base_url: str = "http://127.0.0.1:8000/v1"
@@ -84,7 +84,7 @@ class HttpJudgeConfig:
 
 
 @dataclasses.dataclass(frozen=True)
-class FlaxJudgeConfig:
+class FlaxJudgeSettings:
   """Settings of the local judge (``judge.flax`` in configs)."""
 
   model: str = "smollm2"  # make_flax_judge loads it: "smollm2", a .gguf file or an HF directory
@@ -157,8 +157,8 @@ class NoiseModel:
 
 # judge.<name> -> its settings class: render (every text judge's prompt budgets), http and flax
 # (those backends), noise (the rubric backend's noise model).
-SECTIONS: dict[str, type] = {"render": RenderLimits, "http": HttpJudgeConfig,
-                             "flax": FlaxJudgeConfig, "noise": NoiseModel}
+SECTIONS: dict[str, type] = {"render": RenderLimits, "http": HttpJudgeSettings,
+                             "flax": FlaxJudgeSettings, "noise": NoiseModel}
 
 
 def register_section(name: str, settings_cls: type) -> None:

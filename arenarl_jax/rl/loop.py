@@ -67,7 +67,7 @@ _TRAINERS: dict[Any, Trainer] = {}  # compiled programs, reused by runs with the
 
 def make_trainer(config: ml_collections.ConfigDict, graphdef, params, mesh) -> Trainer:
   total = int(config.rl.steps) * int(config.rl.minibatches_per_rollout)
-  loss_cfg = losses.LossConfig.from_config(config.loss)
+  loss_cfg = losses.LossSettings.from_config(config.loss)
   shapes = str(jax.tree.map(lambda x: (x.shape, str(x.dtype)), params))
   key = (graphdef, mesh, loss_cfg, json.dumps(config.optim.to_dict(), sort_keys=True), total,
          int(config.rl.accumulation_steps), int(config.rl.logprob_chunk), config.model.remat,

@@ -57,7 +57,7 @@ KL_ESTIMATORS = {
 }
 KLS = tuple(KL_ESTIMATORS)
 
-# loss.aggregation -> (mask [N, T] float32, batch normalisers, LossConfig) -> weight [N, T]
+# loss.aggregation -> (mask [N, T] float32, batch normalisers, LossSettings) -> weight [N, T]
 AGGREGATIONS = {
     "token_mean": lambda m, norm, cfg: m / norm["tokens"],
     "seq_mean_token_mean":
@@ -67,7 +67,7 @@ AGGREGATIONS = {
 
 
 @dataclasses.dataclass(frozen=True)
-class LossConfig:
+class LossSettings:
   """The ``loss.*`` config section (frozen, hashable: a jit static argument)."""
 
   ratio: str = "token"
@@ -92,7 +92,7 @@ class LossConfig:
       raise ValueError("loss.dr_grpo_tokens and loss.log_ratio_clamp must be positive")
 
   @classmethod
-  def from_config(cls, section: Mapping[str, Any]) -> "LossConfig":
+  def from_config(cls, section: Mapping[str, Any]) -> "LossSettings":
     """From the ``loss`` section; an unknown key is an error naming it (never dropped)."""
     return settings_from_config(cls, section, "loss")
 
@@ -119,7 +119,7 @@ def importance_ratio(logp_NT, old_logp_NT, mask_NT, kind: str, clamp: float = 20
   return RATIOS[kind]((logp_NT - old_logp_NT) * mask_NT, mask_NT, clamp)
 
 
-def token_weights(mask_NT, norm: Mapping[str, jax.Array], cfg: LossConfig):
+def token_weights(mask_NT, norm: Mapping[str, jax.Array], cfg: LossSettings):
   """weight_NT of the aggregation (see the module docstring); sums to 1 over the batch except for
   dr_grpo (sum = mean row length / dr_grpo_tokens)."""
   if cfg.aggregation not in AGGREGATIONS:
@@ -128,13 +128,13 @@ def token_weights(mask_NT, norm: Mapping[str, jax.Array], cfg: LossConfig):
   return AGGREGATIONS[cfg.aggregation](mask_NT.astype(jnp.float32), norm, cfg)
 
 
-def clipped_surrogate(w_NT, adv_N1, cfg: LossConfig):
+def clipped_surrogate(w_NT, adv_N1, cfg: LossSettings):
   """pg = -min(w A, clip(w, 1 - clip_low, 1 + clip_high) A) per token."""
   clipped_NT = jnp.clip(w_NT, 1.0 - cfg.clip_low, 1.0 + cfg.clip_high)
   return -jnp.minimum(w_NT * adv_N1, clipped_NT * adv_N1)
 
 
-def token_objective(logp_NT, extras: Mapping[str, jax.Array], cfg: LossConfig):
+def token_objective(logp_NT, extras: Mapping[str, jax.Array], cfg: LossSettings):
   """The token-ratio objective's per-token terms, weight * (pg + kl_coef * KL), whose sum is
   ``policy_loss``'s loss: elementwise in (n, t), the form the fused head differentiates
   (``models/loss_head.py``). ``extras`` ([N, T] each): ``weight`` (``token_weights``), ``mask``,
@@ -151,7 +151,7 @@ def token_objective(logp_NT, extras: Mapping[str, jax.Array], cfg: LossConfig):
 
 
 def policy_loss(logp_NT, old_logp_NT, ref_logp_NT, advantages_N, mask_NT,
-                norm: Mapping[str, jax.Array], cfg: LossConfig, entropy_NT=None):
+                norm: Mapping[str, jax.Array], cfg: LossSettings, entropy_NT=None):
   """(loss, metrics) for this part of a batch; ``norm``: ``trainer.normalisers`` of the whole.
 
   Both are additive over parts: ``loss`` and metrics named ``*_sum`` add up over micro-batches and
@@ -187,7 +187,7 @@ def policy_loss(logp_NT, old_logp_NT, ref_logp_NT, advantages_N, mask_NT,
 
 
 def batch_loss(policy: trainer.Forward, reference: trainer.Forward,
-               batch: Mapping[str, jax.Array], norm: Mapping[str, jax.Array], cfg: LossConfig):
+               batch: Mapping[str, jax.Array], norm: Mapping[str, jax.Array], cfg: LossSettings):
   """(loss, metrics) of ``batch`` (a part of a minibatch whose normalisers are ``norm``).
 
   ``old_logp_NT`` from the batch when present, else the current log-probs (on-policy: ratio 1);
@@ -223,6 +223,6 @@ def batch_loss(policy: trainer.Forward, reference: trainer.Forward,
   return loss, metrics
 
 
-def make_rl_loss(cfg: LossConfig) -> trainer.Loss:
+def make_rl_loss(cfg: LossSettings) -> trainer.Loss:
   """The ``loss.*`` objective as ``trainer.Trainer``'s loss; it reads the frozen reference."""
   return trainer.Loss("rl", functools.partial(batch_loss, cfg=cfg), uses_reference=True)

@@ -38,7 +38,7 @@ def server_argv(env_name: str) -> list[str]:
 
 def client(argv, **settings) -> mcp_client.McpToolSource:
   settings.setdefault("backoff_s", 0.01)
-  return mcp_client.McpToolSource(argv, mcp_client.McpClientConfig(**settings), env=SERVER_ENV)
+  return mcp_client.McpToolSource(argv, mcp_client.McpClientSettings(**settings), env=SERVER_ENV)
 
 
 def server_pids() -> list[int]:
@@ -228,7 +228,7 @@ def test_unreachable_server_gives_transport_errors_after_retries():
 
 def test_make_tool_source_from_config(monkeypatch):
   config = config_tree.make_base_config()
-  fields = set(mcp_client.McpClientConfig.__dataclass_fields__)
+  fields = set(mcp_client.McpClientSettings.__dataclass_fields__)
   assert set(config.env.mcp.keys()) == fields  # config and settings class cannot drift
   config.env.name = "mcp_fake"
   source = tool_sources.make_tool_source(config)
@@ -298,7 +298,7 @@ def test_server_pieces_without_a_subprocess():
 
 
 def test_name_map_renames_and_hides_shadowed_server_tools():
-  src = mcp_client.McpToolSource(["unused"], mcp_client.McpClientConfig(
+  src = mcp_client.McpToolSource(["unused"], mcp_client.McpClientSettings(
       name_map={"stats": "wait"}))
   wait, _ = mcp_fakes.SlowSource().tools()
   src._set_schemas([mcp_server.mcp_tool(s) for s in mcp_fakes.SlowSource().tools()])

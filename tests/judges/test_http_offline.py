@@ -26,7 +26,7 @@ def _truthful(body):
 
 
 def _judge(server, **overrides):
-  return http.HttpJudge(http.HttpJudgeConfig(**{**FAST, **overrides}), R,
+  return http.HttpJudge(http.HttpJudgeSettings(**{**FAST, **overrides}), R,
                         transport=server.transport)
 
 
@@ -52,7 +52,7 @@ def test_both_orders_and_bidirectional_sums():
 ])
 def test_response_formats(fmt, expected):
   server = judge_fakes.FakeServer(lambda b: judge_fakes.truthful_reply(b, R, compact=True))
-  judge = http.HttpJudge(http.HttpJudgeConfig(response_format=fmt), R, compact=True,
+  judge = http.HttpJudge(http.HttpJudgeSettings(response_format=fmt), R, compact=True,
                          transport=server.transport)
   assert judge.judge(judge_fakes.matches([(6, 2)]))[0].score_p == 12
   rf = server.bodies[0].get("response_format")
@@ -75,7 +75,7 @@ def test_transport_faults_are_retried_with_backoff(monkeypatch):
 
   monkeypatch.setattr(http.asyncio, "sleep", fake_sleep)
   server = judge_fakes.FakeServer(_truthful, faults=["429", "503", "connect", "timeout", "500"])
-  judge = http.HttpJudge(http.HttpJudgeConfig(backoff_s=1.0, backoff_max_s=3.0, max_retries=5,
+  judge = http.HttpJudge(http.HttpJudgeSettings(backoff_s=1.0, backoff_max_s=3.0, max_retries=5,
                                               max_concurrency=1), R, transport=server.transport)
   (r,) = judge.judge(judge_fakes.matches([(9, 1)]))
   assert r.ok and (r.score_p, r.score_q) == (18, 2)
@@ -414,7 +414,7 @@ def test_gbnf_format_sends_the_exact_verdict_grammar_and_falls_back_to_json_sche
   """gbnf: the body carries llama.cpp's ``grammar`` (the compact skeleton, scores 0..10) and no
   response_format; a server rejecting it (HTTP 400 naming the grammar) gets json_schema next."""
   server = judge_fakes.FakeServer(lambda b: judge_fakes.truthful_reply(b, R, compact=True))
-  judge = http.HttpJudge(http.HttpJudgeConfig(response_format="gbnf"), R, compact=True,
+  judge = http.HttpJudge(http.HttpJudgeSettings(response_format="gbnf"), R, compact=True,
                          transport=server.transport)
   assert judge.judge(judge_fakes.matches([(6, 2)]))[0].score_p == 12
   body = server.bodies[0]
@@ -423,7 +423,7 @@ def test_gbnf_format_sends_the_exact_verdict_grammar_and_falls_back_to_json_sche
   assert body["grammar"].count(" score ") == len(texts) - 1
   assert body["grammar"].endswith('score ::= [0-9] | "10"\n')
   with pytest.raises(http.JudgeConfigError, match="compact"):
-    http.HttpJudge(http.HttpJudgeConfig(response_format="gbnf"), R, compact=False)
+    http.HttpJudge(http.HttpJudgeSettings(response_format="gbnf"), R, compact=False)
 
   def reply(b):
     if "grammar" in b:
@@ -443,7 +443,7 @@ def test_gbnf_format_sends_the_exact_verdict_grammar_and_falls_back_to_json_sche
       return judge_fakes.httpx.Response(400, json={"error": "grammar is not supported"})
 
   rejecting.handle = handle
-  judge = http.HttpJudge(http.HttpJudgeConfig(response_format="gbnf", max_concurrency=1), R,
+  judge = http.HttpJudge(http.HttpJudgeSettings(response_format="gbnf", max_concurrency=1), R,
                          compact=True, transport=rejecting.transport)
   assert judge.judge(judge_fakes.matches([(3, 5)]))[0].score_q == 10
   assert judge.response_format == "json_schema" and judge.metrics["format_fallbacks"] == 1

@@ -38,12 +38,12 @@ def _matches(n: int) -> list[Match]:
           for k in range(n)]
 
 
-def _config(proxy, **overrides) -> http.HttpJudgeConfig:
+def _config(proxy, **overrides) -> http.HttpJudgeSettings:
   base = dict(base_url=proxy.base_url, model="smollm2", api_key_env=judge_fakes.KEY_ENV,
               response_format="json_object_schema", temperature=0.0, max_tokens=96,
               max_concurrency=2, timeout_s=120.0, max_retries=3, parse_retries=0,
               backoff_s=0.05, backoff_max_s=0.5)
-  return http.HttpJudgeConfig(**{**base, **overrides})
+  return http.HttpJudgeSettings(**{**base, **overrides})
 
 
 @dataclasses.dataclass

@@ -62,7 +62,7 @@ def test_backend_end_to_end(place):
     return _wrap(judge_fakes.truthful_reply(body, R), text, place)
 
   server = judge_fakes.FakeServer(reply)
-  judge = http.HttpJudge(http.HttpJudgeConfig(parse_retries=1, backoff_s=0.001), R,
+  judge = http.HttpJudge(http.HttpJudgeSettings(parse_retries=1, backoff_s=0.001), R,
                          transport=server.transport)
   results = judge.judge(m)
   for r in results:
@@ -71,7 +71,7 @@ def test_backend_end_to_end(place):
   assert judge.metrics["parse_failures"] == 8 and judge.metrics["failed_matches"] == 2
   # Control: the same trajectories with an honest echo-free judge give the real verdict.
   honest = judge_fakes.FakeServer(lambda body: judge_fakes.truthful_reply(body, R))
-  judge = http.HttpJudge(http.HttpJudgeConfig(), R, transport=honest.transport)
+  judge = http.HttpJudge(http.HttpJudgeSettings(), R, transport=honest.transport)
   r1, r2 = judge.judge(m)
   assert (r1.score_p, r1.score_q) == (6.0, 16.0) and (r2.score_p, r2.score_q) == (16.0, 6.0)
   # The injected text reached the judge only inside P's sections, neutralised.

@@ -122,7 +122,7 @@ class LocalParserJudge:
 
 def _http_judge():
   server = judge_fakes.FakeServer(gullible_reply)
-  return http.HttpJudge(http.HttpJudgeConfig(parse_retries=1, backoff_s=0.001), R, compact=True,
+  return http.HttpJudge(http.HttpJudgeSettings(parse_retries=1, backoff_s=0.001), R, compact=True,
                         transport=server.transport)
 
 

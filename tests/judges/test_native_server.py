@@ -36,7 +36,7 @@ def native():
 
 def test_native_server_serves_grammar_constrained_verdicts(native):
   assert native.host == "127.0.0.1"
-  config = http.HttpJudgeConfig(base_url=native.base_url, model="smollm2", api_key_env=KEY_ENV,
+  config = http.HttpJudgeSettings(base_url=native.base_url, model="smollm2", api_key_env=KEY_ENV,
                                 response_format="gbnf", max_tokens=160,
                                 max_concurrency=4, timeout_s=300.0, parse_retries=0)
   judge = http.HttpJudge(config, "travel", compact=True)
@@ -49,7 +49,7 @@ def test_native_server_serves_grammar_constrained_verdicts(native):
 
 def test_native_server_refuses_a_wrong_key(native, monkeypatch):
   monkeypatch.setenv("ARENARL_WRONG_KEY", "not-the-key")
-  config = http.HttpJudgeConfig(base_url=native.base_url, model="smollm2",
+  config = http.HttpJudgeSettings(base_url=native.base_url, model="smollm2",
                                 api_key_env="ARENARL_WRONG_KEY", max_tokens=16, max_retries=0)
   with pytest.raises(http.JudgeAuthError):
     http.HttpJudge(config, "travel", compact=True).judge(judge_fakes.matches([(1, 2)]))

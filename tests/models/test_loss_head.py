@@ -138,7 +138,7 @@ def test_policy_objective_equals_the_unfused_loss(aggregation, kl, kl_coef, off_
   if off_policy:  # the sampling policy's log-probs far enough away that both clips act
     noise = np.random.default_rng(7).normal(0.0, 0.4, (N, T)).astype(np.float32)
     b["old_logp_NT"] = batch_logprobs(graphdef, ref, b, chunk=5) + noise
-  cfg = losses.LossConfig(aggregation=aggregation, kl=kl, kl_coef=kl_coef, clip_low=0.1,
+  cfg = losses.LossSettings(aggregation=aggregation, kl=kl, kl_coef=kl_coef, clip_low=0.1,
                           clip_high=0.1, dr_grpo_tokens=7)
   norm = trainer.normalisers(b["loss_mask_NT"])
 

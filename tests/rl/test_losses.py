@@ -9,7 +9,7 @@ import pytest
 
 from arenarl_jax import trainer
 from arenarl_jax.rl import losses
-from arenarl_jax.rl.losses import LossConfig
+from arenarl_jax.rl.losses import LossSettings
 
 F = jnp.float32
 
@@ -26,7 +26,7 @@ def _loss(logp, old, ref, adv, mask, cfg):
     (-1.0, (1.5 + 0.8 + 1.1 + 1.0) / 4, [1.5, 0.0, 1.1, 1.0], 0.25, 0.0),
 ])
 def test_clipping_on_both_sides(adv, want_loss, want_grad, low, high):
-  cfg = LossConfig(kl_coef=0.0, clip_low=0.2, clip_high=0.28, aggregation="token_mean")
+  cfg = LossSettings(kl_coef=0.0, clip_low=0.2, clip_high=0.28, aggregation="token_mean")
   old = np.zeros((1, 4), np.float32)
   logp = np.log([[1.5, 0.5, 1.1, 1.0]]).astype(np.float32)
   mask = np.ones((1, 4))
@@ -46,7 +46,7 @@ def test_clipping_on_both_sides(adv, want_loss, want_grad, low, high):
     ("k1", 0.5), ("k2", 0.125), ("k3", math.exp(-0.5) - 1 + 0.5)])
 def test_each_kl_estimator(kind, want):
   # log r = ref - logp = -1.5 - (-1.0) = -0.5; advantage 0 leaves only the KL term.
-  cfg = LossConfig(kl=kind, kl_coef=0.1, aggregation="token_mean")
+  cfg = LossSettings(kl=kind, kl_coef=0.1, aggregation="token_mean")
   logp = np.full((1, 3), -1.0)
   loss, metrics = _loss(logp, logp, np.full((1, 3), -1.5), [0.0], np.ones((1, 3)), cfg)
   assert float(loss) == pytest.approx(0.1 * want, rel=1e-6)
@@ -69,7 +69,7 @@ def test_kl_gradients_k2_is_the_score_function_gradient_k1_has_none_in_expectati
 ])
 def test_each_aggregation(aggregation, want):
   # k1 with logp - ref as the per-token value: row 0 = [2] (1 token), row 1 = [1, 1, 1], row 2 padding.
-  cfg = LossConfig(kl="k1", kl_coef=1.0, aggregation=aggregation, dr_grpo_tokens=4)
+  cfg = LossSettings(kl="k1", kl_coef=1.0, aggregation=aggregation, dr_grpo_tokens=4)
   logp = np.array([[2, 9, 9], [1, 1, 1], [5, 5, 5]], np.float32)
   mask = np.array([[1, 0, 0], [1, 1, 1], [0, 0, 0]], np.float32)
   loss, _ = _loss(logp, logp, np.zeros_like(logp), [0.0, 0.0, 0.0], mask, cfg)
@@ -77,7 +77,7 @@ def test_each_aggregation(aggregation, want):
 
 
 def test_sequence_ratio_is_length_normalised_and_clamped():
-  cfg = LossConfig(ratio="sequence", kl_coef=0.0, clip_low=0.05, clip_high=4e-4,
+  cfg = LossSettings(ratio="sequence", kl_coef=0.0, clip_low=0.05, clip_high=4e-4,
                    aggregation="seq_mean_token_mean")
   old = np.zeros((1, 3), np.float32)
   logp = np.array([[0.2, -0.4, 0.5]], np.float32)  # the last token is not trained
@@ -110,7 +110,7 @@ def test_loss_and_gradient_are_the_same_however_the_batch_is_split(aggregation, 
   ref = logp + jnp.asarray(rng.normal(0, 0.2, (n, t)), F)
   adv = jnp.asarray(rng.normal(size=n), F)
   mask = jnp.asarray(rng.random((n, t)) < 0.6, F).at[3].set(0.0)
-  cfg = LossConfig(ratio=ratio, aggregation=aggregation, dr_grpo_tokens=5)
+  cfg = LossSettings(ratio=ratio, aggregation=aggregation, dr_grpo_tokens=5)
   norm = trainer.normalisers(mask)
 
   @jax.jit
@@ -135,7 +135,7 @@ def test_loss_and_gradient_are_the_same_however_the_batch_is_split(aggregation, 
 
 def test_bad_config_values_are_named():
   with pytest.raises(ValueError, match="loss.kl: unknown value 'k4'"):
-    LossConfig(kl="k4")
+    LossSettings(kl="k4")
   with pytest.raises(ValueError, match="loss.aggregation"):
-    LossConfig(aggregation="mean")
-  assert LossConfig.from_config(dataclasses.asdict(LossConfig(kl="k2"))).kl == "k2"
+    LossSettings(aggregation="mean")
+  assert LossSettings.from_config(dataclasses.asdict(LossSettings(kl="k2"))).kl == "k2"

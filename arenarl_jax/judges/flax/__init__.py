@@ -9,7 +9,7 @@
 
 Importing this package loads jax, flax and the model code.
 """
-from arenarl_jax.judges.flax.judge import (FlaxJudge, FlaxJudgeConfig, load_judge_model,
+from arenarl_jax.judges.flax.judge import (FlaxJudge, FlaxJudgeSettings, load_judge_model,
                                           make_flax_judge)
 
-__all__ = ["FlaxJudge", "FlaxJudgeConfig", "load_judge_model", "make_flax_judge"]
+__all__ = ["FlaxJudge", "FlaxJudgeSettings", "load_judge_model", "make_flax_judge"]

@@ -27,7 +27,7 @@ implementation (``model.attention``; on CPU the compiled kernel, which reads onl
 visible slots).
 
     judge = make_judge({"backend": "flax", "rubric": "travel", "flax": {"model": "smollm2"}})
-    judge = FlaxJudge(model, tokenizer, FlaxJudgeConfig(max_rows=16), rubric="travel")
+    judge = FlaxJudge(model, tokenizer, FlaxJudgeSettings(max_rows=16), rubric="travel")
     results = judge.judge(matches)          # list[MatchResult], aligned with matches
 
 **Generative mode**: the sampler (prefix prefilled once, rows extended, greedy by default)
@@ -58,7 +58,7 @@ from arenarl_jax.judges import rubric as rubric_lib
 from arenarl_jax.judges import stats
 from arenarl_jax.judges import verdict as verdict_lib
 from arenarl_jax.judges.flax import programs, reads, sharing
-from arenarl_jax.judges.settings import FlaxJudgeConfig
+from arenarl_jax.judges.settings import FlaxJudgeSettings
 from arenarl_jax.sampling import buckets
 from arenarl_jax.settings import section_dict, settings_from_config
 from arenarl_jax.text import chat_format
@@ -78,7 +78,7 @@ class _Row:
 class FlaxJudge(Stateless):
   """Pairwise ``judge(matches)`` and pointwise ``score(trajectories)`` with a local Flax model."""
 
-  def __init__(self, model: nnx.Module, tokenizer, config: FlaxJudgeConfig = FlaxJudgeConfig(),
+  def __init__(self, model: nnx.Module, tokenizer, config: FlaxJudgeSettings = FlaxJudgeSettings(),
                rubric: rubric_lib.Rubric | str = "travel", compact: bool = False,
                limits: render.RenderLimits = render.RenderLimits(), mesh: Mesh | None = None):
     """``mesh``: the parameters are placed by ``sharding.py``'s partition rules (as
@@ -106,7 +106,7 @@ class FlaxJudge(Stateless):
     self.calls = 0
 
   @staticmethod
-  def reads_compact(config: FlaxJudgeConfig) -> bool:
+  def reads_compact(config: FlaxJudgeSettings) -> bool:
     return config.mode == "logit" or config.constrained
 
   def __repr__(self) -> str:
@@ -336,7 +336,7 @@ def make_flax_judge(cfg: Any, model: nnx.Module | None = None, tokenizer=None,
   ``mesh`` (the pipeline passes this host's sampling mesh, ``sampling/layout.py``): the model is
   loaded straight into its partition rules' shardings there and the judge runs over it."""
   cfg = section_dict(cfg, "judge")
-  config = settings_from_config(FlaxJudgeConfig, cfg.get("flax"), "judge.flax")
+  config = settings_from_config(FlaxJudgeSettings, cfg.get("flax"), "judge.flax")
   limits = settings_from_config(render.RenderLimits, cfg.get("render"), "judge.render")
   if (model is None) != (tokenizer is None):
     raise ValueError("make_judge(backend='flax'): pass both model= and tokenizer=, or neither "

@@ -12,7 +12,7 @@ from flax import nnx
 from arenarl_jax.judges import render
 from arenarl_jax.judges import rubric as rubric_lib
 from arenarl_jax.judges import verdict as verdict_lib
-from arenarl_jax.judges.flax import FlaxJudge, FlaxJudgeConfig, grammar, make_flax_judge
+from arenarl_jax.judges.flax import FlaxJudge, FlaxJudgeSettings, grammar, make_flax_judge
 from arenarl_jax.models import config as config_lib
 from arenarl_jax.models.embedded import find_smollm2_gguf
 from arenarl_jax.models.transformer import Transformer, make_model
@@ -23,7 +23,7 @@ from judge_fakes import traj
 
 TINY = config_lib.PRESETS["tiny"]
 ONE_LAYER = dataclasses.replace(TINY, n_layers=1)
-GEN = FlaxJudgeConfig(mode="generative", max_rows=4, max_user_tokens=512)
+GEN = FlaxJudgeSettings(mode="generative", max_rows=4, max_user_tokens=512)
 
 
 @pytest.fixture(scope="module")
@@ -77,8 +77,8 @@ def test_a_tokenizer_that_merges_a_score_with_the_text_is_refused():
 
 def test_constrained_is_a_checked_option_and_sets_the_compact_prompt():
   with pytest.raises(ValueError, match="judge.flax.constrained"):
-    FlaxJudgeConfig(mode="generative", constrained="yes")
-  free = FlaxJudgeConfig(mode="generative", constrained=False)
+    FlaxJudgeSettings(mode="generative", constrained="yes")
+  free = FlaxJudgeSettings(mode="generative", constrained=False)
   model = make_model(ONE_LAYER)
   assert FlaxJudge(model, None, free, compact=False).compact is False
   assert FlaxJudge(model, None, GEN, compact=False).compact is True

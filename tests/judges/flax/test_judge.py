@@ -15,7 +15,7 @@ from arenarl_jax.judges import make_judge
 from arenarl_jax.judges import render
 from arenarl_jax.judges import rubric as rubric_lib
 from arenarl_jax.judges import verdict as verdict_lib
-from arenarl_jax.judges.flax import FlaxJudge, FlaxJudgeConfig, programs, reads
+from arenarl_jax.judges.flax import FlaxJudge, FlaxJudgeSettings, programs, reads
 from arenarl_jax.models import config as config_lib
 from arenarl_jax.models.cpu import build as cpu_build
 from arenarl_jax.models.cpu import kernel as cpu_kernel
@@ -27,7 +27,7 @@ import judge_fakes
 from judge_fakes import traj
 
 TINY = config_lib.PRESETS["tiny"]
-SMALL = FlaxJudgeConfig(max_rows=2, max_user_tokens=512)
+SMALL = FlaxJudgeSettings(max_rows=2, max_user_tokens=512)
 
 
 @pytest.fixture(scope="module")
@@ -262,7 +262,7 @@ def test_set_params_replaces_the_weights_and_the_prefix_cache(tok):
 def test_one_compiled_program_per_shape_bucket(tok):
   # A model shape of its own, so no other test has compiled these programs.
   cfg = dataclasses.replace(TINY, n_layers=1)
-  judge = FlaxJudge(make_model(cfg), tok, FlaxJudgeConfig(
+  judge = FlaxJudge(make_model(cfg), tok, FlaxJudgeSettings(
       max_rows=2, min_bucket=64, max_user_tokens=1024))
   judge.judge([_match(traj(1), traj(2))])
   assert judge.snapshot()["compiles"] == 2  # the prefix and the (2 rows, bucket) program
@@ -276,7 +276,7 @@ def test_one_compiled_program_per_shape_bucket(tok):
 
 
 def test_token_budget_truncates_with_a_marker_or_fails_cleanly(tok):
-  cfg = FlaxJudgeConfig(max_rows=2, min_bucket=64, max_user_tokens=256)
+  cfg = FlaxJudgeSettings(max_rows=2, min_bucket=64, max_user_tokens=256)
   judge = FlaxJudge(make_model(dataclasses.replace(TINY, n_layers=1)), tok, cfg)
   huge = Trajectory("Plan a day in Lyon", (Step(content="Visit the old town. " * 400),))
   row = judge.prompt_row("pairwise", lambda lim: render.render_pairwise(
@@ -293,7 +293,7 @@ def test_token_budget_truncates_with_a_marker_or_fails_cleanly(tok):
 # ---------------------------------------------------------------- generative mode
 def _generative(tok, reply: str):
   """A judge whose model writes ``reply`` then EOS after its (equal-length) prompts."""
-  cfg = FlaxJudgeConfig(mode="generative", max_rows=2, max_user_tokens=512,
+  cfg = FlaxJudgeSettings(mode="generative", max_rows=2, max_user_tokens=512,
                         max_new_tokens=192, constrained=False)
   p, q = traj(4), traj(6)
   probe = FlaxJudge(make_model(TINY), tok, cfg, compact=True)
@@ -356,9 +356,9 @@ def test_generative_scripted_replies_distinguish_the_two_orders(tok, monkeypatch
 # ---------------------------------------------------------------- config and SmolLM2
 def test_config_errors_name_the_key():
   with pytest.raises(ValueError, match="judge.flax.mode"):
-    FlaxJudgeConfig(mode="beam")
+    FlaxJudgeSettings(mode="beam")
   with pytest.raises(ValueError, match="judge.flax.max_rows"):
-    FlaxJudgeConfig(max_rows=0)
+    FlaxJudgeSettings(max_rows=0)
   with pytest.raises(ValueError, match=r"judge.flax: unknown key\(s\) \['rows'\]"):
     make_judge({"backend": "flax", "flax": {"rows": 4}})
   with pytest.raises(ValueError, match="both model= and tokenizer="):

@@ -8,14 +8,14 @@ import numpy as np
 import pytest
 
 from arenarl_jax import sharding
-from arenarl_jax.judges.flax import FlaxJudge, FlaxJudgeConfig
+from arenarl_jax.judges.flax import FlaxJudge, FlaxJudgeSettings
 from arenarl_jax.models.config import PRESETS
 from arenarl_jax.models.embedded import find_smollm2_gguf
 from arenarl_jax.models.transformer import make_model
 from arenarl_jax.text.tokenizer import Tokenizer
 from judge_fakes import matches
 
-SMALL = FlaxJudgeConfig(max_rows=2, max_user_tokens=512)
+SMALL = FlaxJudgeSettings(max_rows=2, max_user_tokens=512)
 
 
 @pytest.fixture(scope="module")

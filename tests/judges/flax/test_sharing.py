@@ -5,7 +5,7 @@ import dataclasses
 import numpy as np
 import pytest
 
-from arenarl_jax.judges.flax import FlaxJudge, FlaxJudgeConfig, programs, sharing
+from arenarl_jax.judges.flax import FlaxJudge, FlaxJudgeSettings, programs, sharing
 from arenarl_jax.models import config as config_lib
 from arenarl_jax.models.cpu import kernel as cpu_kernel
 from arenarl_jax.models.embedded import find_smollm2_gguf
@@ -161,7 +161,7 @@ def test_shared_beginnings_give_the_verdicts_of_separate_rows(tok, attention):
   matches = _round_robin(4)
   scores, snaps = {}, {}
   for min_shared in (0, 64):
-    judge = FlaxJudge(model, tok, FlaxJudgeConfig(
+    judge = FlaxJudge(model, tok, FlaxJudgeSettings(
         max_rows=8, max_user_tokens=1024, min_shared_tokens=min_shared))
     results = judge.judge(matches)
     assert all(r.ok for r in results)
@@ -179,7 +179,7 @@ def test_shared_beginnings_give_the_verdicts_of_separate_rows(tok, attention):
 
 def test_one_program_per_shared_shape(tok):
   cfg = dataclasses.replace(config_lib.PRESETS["tiny"], n_layers=1, d_model=48)
-  judge = FlaxJudge(make_model(cfg), tok, FlaxJudgeConfig(
+  judge = FlaxJudge(make_model(cfg), tok, FlaxJudgeSettings(
       max_rows=8, max_user_tokens=1024))
   before = dict(programs.TRACES)
   judge.judge(_round_robin(4))
@@ -195,7 +195,7 @@ def test_one_program_per_shared_shape(tok):
 
 def test_the_judge_plans_the_fewest_padded_tokens(tok):
   judge = FlaxJudge(make_model(config_lib.PRESETS["tiny"]), tok,
-                    FlaxJudgeConfig(max_rows=4, min_shared_tokens=8))
+                    FlaxJudgeSettings(max_rows=4, min_shared_tokens=8))
   call = 2 * judge.config.block_tokens
   cost = lambda plan: sum(sharing.chunk_cost(c, judge._pad, judge._pad_rows) + call
                           for c in plan)
