@@ -154,6 +154,9 @@ def make_base_config() -> ml_collections.ConfigDict:
       # The first updates of sft.steps (before the first-turn phase) on the environment's copy
       # drills (envs/travel/copy_drills.py): short synthetic rows that only reading answers.
       copy_steps=0, copy_rows=32, copy_seq_len=512,
+      # Updates before SFT, with their own optimizer, on rows of random ids said twice: the copy
+      # circuit first (sft/induction.py). Not counted in sft.steps.
+      induction_steps=0, induction_rows=8, induction_len=64, induction_lr=3e-3,
       log_every=10,  # steps between metric rows (and the progress bar's loss)
   )
   c.start = dict(  # arenarl_jax/sft/start.py: a pinned start, built once and committed

@@ -34,7 +34,7 @@ from arenarl_jax import checkpoint as ckpt_lib
 from arenarl_jax import hosts, metrics as metrics_lib, sharding
 from arenarl_jax.data import builder, pipeline, records
 from arenarl_jax.envs import compact_schemas
-from arenarl_jax.sft import loss as sft_loss
+from arenarl_jax.sft import induction, loss as sft_loss
 from arenarl_jax.sft.policy import Policy
 from arenarl_jax.trainer import Trainer, make_optimizer
 
@@ -87,6 +87,9 @@ def run(config: ml_collections.ConfigDict, workdir: str, policy: Policy, env: An
   mesh = sharding.make_mesh(**config.mesh)
   graphdef, params = nnx.split(policy.model)
   params = nnx.to_pure_dict(params)
+  if not has_checkpoint(workdir):  # a resumed stage's parameters come from its checkpoint
+    params, _ = induction.run(config, graphdef, params, mesh, policy.tokenizer,
+                              policy.cfg.vocab_size, os.path.join(workdir, induction.DRILL_DIR))
   trainer = make_trainer(config, graphdef, params, mesh)
   state = trainer.init_state(params)
   del params
