@@ -20,7 +20,7 @@ from arenarl_jax.sft import policy as policy_lib
 from arenarl_jax import sharding
 from arenarl_jax import pipeline
 from arenarl_jax.models import config as model_config
-from arenarl_jax.models import loading
+from arenarl_jax.models import gguf_io, loading
 from arenarl_jax.models.safetensors_io import export_hf_dir, read_config
 from arenarl_jax.models.transformer import make_model
 
@@ -89,16 +89,27 @@ def assert_on_run_mesh(model, config):
 
 
 # ------------------------------------------------------------------------------- smollm2_travel
-def test_smollm2_travel_loads_the_real_checkpoint_through_the_config(tmp_path):
+def test_smollm2_travel_loads_the_real_checkpoint_through_the_config(tmp_path, monkeypatch):
+  stores = []
+
+  def counted(*args, **kwargs):
+    stores.append(opened(*args, **kwargs))
+    return stores[-1]
+
+  opened = gguf_io.open_gguf
+  monkeypatch.setattr(gguf_io, "open_gguf", counted)
   config = smollm2_travel.get_config()
   assert config.model.source == "smollm2" and not config.model.init.preset
   with config.unlocked():
     config.model.keep_layers = 2
+    config.model.cache_dir = str(tmp_path / "params")
     # A mesh that splits the parameters (the config's own puts every fake device on 'data' and
     # would hold 8 replicas of all 30 layers before the cut).
     config.mesh.update(dict(data=1, fsdp=2, tensor=4))
   policy = policy_lib.make_policy(config, str(tmp_path))
   assert policy.cfg.n_layers == 2 and policy.cfg.vocab_size == 49_152
+  # Converted now (a fresh parameter cache): only the 2 kept blocks of 30 were read.
+  assert len(stores) == 1 and stores[0].bytes_read == 4 * policy.cfg.num_params()
   assert policy.tokenizer.vocab_size == 49_152  # SmolLM2's own, from the GGUF
   assert policy.tokenizer.encode("<|im_end|>") == [policy.tokenizer.eos_id]
   _, full = loading.load_model("smollm2")

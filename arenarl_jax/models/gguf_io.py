@@ -15,7 +15,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from arenarl_jax.models.config import ModelConfig
-from arenarl_jax.models.safetensors_io import TensorStore, model_from_tensors
+from arenarl_jax.models.safetensors_io import TensorStore, keep_config, model_from_tensors
 from arenarl_jax.models.transformer import Transformer
 
 ARCHITECTURES = ("llama",)
@@ -161,16 +161,20 @@ def open_gguf(path: str, reader: gguf.GGUFReader, cfg: ModelConfig) -> TensorSto
   return TensorStore(names=frozenset(tensors), get=get, where=where, source=path)
 
 
-def load_gguf(path: str, *, dtype=None, mesh=None) -> tuple[ModelConfig, Transformer]:
+def load_gguf(path: str, *, dtype=None, mesh=None, keep_layers: int = 0
+              ) -> tuple[ModelConfig, Transformer]:
   """Loads a llama-architecture GGUF (dequantized); params in ``dtype`` (default float32), placed
-  by the partition rules on ``mesh`` (a jax Mesh) if given."""
+  by the partition rules on ``mesh`` (a jax Mesh) if given; ``keep_layers`` > 0 reads (and
+  dequantizes) only the first blocks' tensors (the reader maps the file: the rest is never read)."""
   try:
     reader = gguf.GGUFReader(path, "r")
   except FileNotFoundError:
     raise
   except Exception as e:  # the reader raises ValueError/struct errors/IndexError on bad bytes
     raise ValueError(f"{path}: not a readable GGUF file ({type(e).__name__}: {e})") from e
-  cfg = read_gguf_config(reader, path)
+  full = read_gguf_config(reader, path)
+  cfg = keep_config(full, keep_layers)
   if dtype is not None:
     cfg = dataclasses.replace(cfg, param_dtype=jnp.dtype(dtype).name)
-  return cfg, model_from_tensors(cfg, open_gguf(path, reader, cfg), mesh=mesh)
+  return cfg, model_from_tensors(cfg, open_gguf(path, reader, cfg), mesh=mesh,
+                                 stored_layers=full.n_layers)

@@ -53,7 +53,7 @@ def with_compute_dtype(cfg: ModelConfig, model: Transformer,
 
 def load_model(source: str, *, cache_dir: str | None = None, dtype=None,
                use_cache: bool = True, compute_dtype: str | None = None,
-               mesh: Mesh | None = None, attention: str = "auto"
+               mesh: Mesh | None = None, attention: str = "auto", keep_layers: int = 0
                ) -> tuple[ModelConfig, Transformer]:
   """Loads ``source`` ("smollm2", a .gguf path or an HF dir); params in ``dtype`` (float32);
   ``attention``: the model's attention implementation (``models/attention_choice.py``).
@@ -69,27 +69,31 @@ def load_model(source: str, *, cache_dir: str | None = None, dtype=None,
   GGUF conversions (dequantize + un-permute, seconds) are cached with orbax under ``cache_dir``
   (default ``cache_dirs.cache_dir("params")``); HF safetensors directories are read directly
   (memory-mapped, already as fast as a cache would be).
+
+  ``keep_layers`` > 0 (``model.keep_layers``): only the first blocks, and only their tensors are
+  read (the later blocks' bytes never leave the file).
   """
-  cfg, model = _load(source, cache_dir=cache_dir, dtype=dtype, use_cache=use_cache, mesh=mesh)
+  cfg, model = _load(source, cache_dir=cache_dir, dtype=dtype, use_cache=use_cache, mesh=mesh,
+                     keep_layers=int(keep_layers))
   if compute_dtype is not None:
     cfg, model = with_compute_dtype(cfg, model, compute_dtype)
   return cfg, set_attention(model, attention)
 
 
 def _load(source: str, *, cache_dir: str | None, dtype, use_cache: bool,
-          mesh: Mesh | None) -> tuple[ModelConfig, Transformer]:
+          mesh: Mesh | None, keep_layers: int) -> tuple[ModelConfig, Transformer]:
   kind, path = resolve_source(source)
   if kind == "hf_dir":
-    return load_hf_dir(path, dtype=dtype, mesh=mesh)
+    return load_hf_dir(path, dtype=dtype, mesh=mesh, keep_layers=keep_layers)
   dtype_name = jnp.dtype(dtype or "float32").name
   folder = os.path.join(cache_dir or cache_dirs.cache_dir("params"),
-                        param_cache.cache_key(path, dtype=dtype_name))
+                        param_cache.cache_key(path, dtype=dtype_name, keep_layers=keep_layers))
   start = time.perf_counter()
   if use_cache and (hit := param_cache.restore(folder, mesh=mesh)) is not None:
     log.info("%s: parameters restored from %s in %.1f s", path, folder,
              time.perf_counter() - start)
     return hit
-  cfg, model = load_gguf(path, dtype=dtype_name, mesh=mesh)
+  cfg, model = load_gguf(path, dtype=dtype_name, mesh=mesh, keep_layers=keep_layers)
   log.info("%s: converted in %.1f s", path, time.perf_counter() - start)
   if use_cache:
     param_cache.save(folder, cfg, model)

@@ -29,10 +29,13 @@ _VERSION = 1
 _CONFIG_FILE = "model_config.json"
 
 
-def cache_key(path: str, *, dtype: str) -> str:
-  """``<file stem>-<hash of absolute path, size, mtime_ns, dtype, format version>``."""
+def cache_key(path: str, *, dtype: str, keep_layers: int = 0) -> str:
+  """``<file stem>-<hash of absolute path, size, mtime_ns, dtype, kept layers, format version>``
+  (the kept layers only when some are cut, so a whole model's key is unchanged)."""
   st = os.stat(path)
   ident = f"{os.path.abspath(path)}|{st.st_size}|{st.st_mtime_ns}|{dtype}|v{_VERSION}"
+  if keep_layers:
+    ident += f"|keep{keep_layers}"
   stem = os.path.splitext(os.path.basename(path))[0]
   return f"{stem}-{hashlib.sha256(ident.encode()).hexdigest()[:16]}"
 

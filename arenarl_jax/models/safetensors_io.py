@@ -105,8 +105,11 @@ def place(array: np.ndarray, target: jax.sharding.Sharding | None) -> jax.Array:
 
 
 def model_from_tensors(cfg: ModelConfig, store: TensorStore, *,
-                       mesh: Mesh | None = None) -> Transformer:
+                       mesh: Mesh | None = None, stored_layers: int | None = None) -> Transformer:
   """Fills ``abstract_model(cfg)`` from ``store`` (kernels transposed to [in, out]).
+
+  ``stored_layers``: the checkpoint's own block count when ``cfg`` keeps only its first
+  ``cfg.n_layers`` (``keep_config``): the later blocks' tensors are never read.
 
   ``mesh``: each parameter lands in its ``NamedSharding`` from ``sharding.py``'s partition rules
   (the model is never materialised on one device). A store that reads by block (safetensors)
@@ -133,7 +136,7 @@ def model_from_tensors(cfg: ModelConfig, store: TensorStore, *,
       host = np.ascontiguousarray((array.T if kernel else array).astype(cfg.dtype))
       var.set_value(place(host, target))
     used.add(name)
-  _check_unused(cfg, store, used)
+  _check_unused(cfg, store, used, stored_layers)
   log.info("%s: %d bytes of tensor data read by this process", store.source, store.bytes_read)
   return nnx.merge(graphdef, state)
 
@@ -168,8 +171,11 @@ def _check_float(store: TensorStore, name: str, array: np.ndarray) -> None:
     raise ValueError(f"{store.where(name)}: tensor {name!r} has non-float dtype {array.dtype}")
 
 
-def _check_unused(cfg: ModelConfig, store: TensorStore, used: set[str]) -> None:
-  extra = sorted(n for n in store.names - used if not _IGNORED.match(n))
+def _check_unused(cfg: ModelConfig, store: TensorStore, used: set[str],
+                  stored_layers: int | None = None) -> None:
+  cut = lambda n: (stored_layers is not None and cfg.n_layers <= (_layer_index(n) or -1)
+                   < stored_layers)
+  extra = sorted(n for n in store.names - used if not _IGNORED.match(n) and not cut(n))
   if cfg.tie_embeddings and "lm_head.weight" in extra:
     # transformers ties the head to the embedding and ignores a stored copy; so do we.
     log.warning("%s: lm_head.weight ignored (tie_word_embeddings=true)", store.source)
@@ -273,15 +279,27 @@ def open_safetensors_dir(path: str) -> TensorStore:
                      source=path, shape_of=shape_of, get_slice=get_slice)
 
 
-def load_hf_dir(path: str, *, dtype=None, mesh: Mesh | None = None
+def keep_config(cfg: ModelConfig, keep_layers: int) -> ModelConfig:
+  """``cfg`` cut to its first ``keep_layers`` blocks (0 keeps all): ``model.keep_layers``."""
+  if not keep_layers:
+    return cfg
+  if not 0 < keep_layers <= cfg.n_layers:
+    raise ValueError(f"model.keep_layers={keep_layers}: the model has {cfg.n_layers} layers "
+                     "(0 keeps all)")
+  return dataclasses.replace(cfg, n_layers=keep_layers)
+
+
+def load_hf_dir(path: str, *, dtype=None, mesh: Mesh | None = None, keep_layers: int = 0
                 ) -> tuple[ModelConfig, Transformer]:
   """Loads an HF llama/qwen2/qwen3 checkpoint directory; params in ``dtype`` (default float32),
   placed by the partition rules on ``mesh`` if given (each process reading only the blocks its
-  devices hold: ``model_from_tensors``)."""
-  cfg = read_config(path)
+  devices hold: ``model_from_tensors``); ``keep_layers`` > 0 reads only the first blocks."""
+  full = read_config(path)
+  cfg = keep_config(full, keep_layers)
   if dtype is not None:
     cfg = dataclasses.replace(cfg, param_dtype=jnp.dtype(dtype).name)
-  return cfg, model_from_tensors(cfg, open_safetensors_dir(path), mesh=mesh)
+  return cfg, model_from_tensors(cfg, open_safetensors_dir(path), mesh=mesh,
+                                 stored_layers=full.n_layers)
 
 
 def hf_tensors(model_or_state: Transformer | nnx.State) -> Iterable[tuple[str, np.ndarray]]:

@@ -28,7 +28,7 @@ from arenarl_jax.data import env_examples
 from arenarl_jax.envs import compact_schemas
 from arenarl_jax.models import config as model_config
 from arenarl_jax.models.loading import load_model, load_tokenizer
-from arenarl_jax.models.transformer import Transformer, abstract_model, make_model
+from arenarl_jax.models.transformer import Transformer, make_model
 from arenarl_jax.sft import name_init, start
 from arenarl_jax.text import task_tokenizer
 from arenarl_jax.text.tokenizer import Tokenizer
@@ -86,22 +86,6 @@ def tokenizer_for(config: ml_collections.ConfigDict, workdir: str, env: Any = No
   return tok
 
 
-def keep_first_layers(cfg: model_config.ModelConfig, model: Transformer,
-                      n: int) -> tuple[model_config.ModelConfig, Transformer]:
-  """The model cut to its first ``n`` blocks (embedding, final norm and head kept; arrays shared,
-  not copied): ``model.keep_layers``."""
-  if not 0 < n <= cfg.n_layers:
-    raise ValueError(f"model.keep_layers={n}: the model has {cfg.n_layers} layers (0 keeps all)")
-  if n == cfg.n_layers:
-    return cfg, model
-  params = nnx.to_pure_dict(nnx.state(model))
-  params["layers"] = {k: v for k, v in params["layers"].items() if int(k) < n}
-  cfg = dataclasses.replace(cfg, n_layers=n)
-  graphdef, state = nnx.split(abstract_model(cfg, attention=model.attention))
-  nnx.replace_by_pure_dict(state, params)
-  return cfg, nnx.merge(graphdef, state)
-
-
 def start_policy(config: ml_collections.ConfigDict, workdir: str) -> Policy:
   """The pinned start ``start.name`` (``sft/start.py``): its weights and its tokenizer, which
   is copied to ``<workdir>/tokenizer`` so every later stage of the run reads the same ids."""
@@ -148,9 +132,8 @@ def make_policy(config: ml_collections.ConfigDict, workdir: str, env: Any = None
                             compute_dtype=config.model.compute_dtype,
                             attention=config.model.attention,
                             use_cache=jax.process_count() == 1,
-                            mesh=sharding.make_mesh(**config.mesh))
-    if int(config.model.keep_layers):
-      cfg, model = keep_first_layers(cfg, model, int(config.model.keep_layers))
+                            mesh=sharding.make_mesh(**config.mesh),
+                            keep_layers=int(config.model.keep_layers))
     if cfg.vocab_size < tok.vocab_size:
       raise ValueError(f"{workdir}/{TOKENIZER_DIR}: the tokenizer has {tok.vocab_size} ids but "
                        f"model.source={config.model.source!r} only {cfg.vocab_size}")

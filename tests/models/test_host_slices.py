@@ -74,6 +74,30 @@ def test_without_a_mesh_every_tensor_is_read_whole_once(ckpt):
   assert store.bytes_read == param_bytes(path)
 
 
+def test_keep_layers_reads_only_the_kept_blocks(ckpt):
+  """``model.keep_layers``: the cut blocks' tensors are never read; the kept ones equal the
+  whole load's."""
+  want, path = ckpt
+  kept = st.keep_config(CFG, 1)
+  cut_bytes = sum(x.nbytes for n, x in load_file(os.path.join(path, "model.safetensors")).items()
+                  if n.startswith("model.layers.1."))
+  for mesh in (None, sharding.make_mesh(data=2, fsdp=2, tensor=2)):
+    store = st.open_safetensors_dir(path)
+    model = st.model_from_tensors(kept, store, mesh=mesh, stored_layers=CFG.n_layers)
+    assert 0 < cut_bytes and store.bytes_read == param_bytes(path) - cut_bytes
+    got, ref = nnx.to_pure_dict(nnx.state(model)), nnx.to_pure_dict(nnx.state(want))
+    assert sorted(got["layers"]) == [0]
+    for a, b in zip(jax.tree.leaves(got["layers"][0]), jax.tree.leaves(ref["layers"][0])):
+      np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
+  cfg, model = loading.load_model(path, keep_layers=1)
+  assert cfg.n_layers == 1 and sorted(nnx.to_pure_dict(nnx.state(model))["layers"]) == [0]
+  with pytest.raises(ValueError, match="model.keep_layers=3: the model has 2 layers"):
+    loading.load_model(path, keep_layers=3)
+  # Without the stored count a checkpoint's extra block is an error, as before.
+  with pytest.raises(ValueError, match="model.layers.1"):
+    st.model_from_tensors(kept, st.open_safetensors_dir(path))
+
+
 def test_bfloat16_blocks_are_converted_to_the_param_dtype(ckpt, tmp_path):
   _, path = ckpt
   _, half = st.load_hf_dir(path, dtype="bfloat16")
