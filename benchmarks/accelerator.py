@@ -1,29 +1,33 @@
-"""One-accelerator check: the model/sampler tests on the accelerator backend, then the forward and
-the sampler (and the train step, once ``arenarl_jax/trainer.py`` exists) of SmolLM2 and of a
-randomly initialised Qwen3-0.6B-shaped model, each as a fraction of a bf16 matmul ceiling measured
-in the same run.
+"""One-accelerator check: the model/sampler tests on the accelerator backend, then the forward,
+the sampler, the decode step and the train step of SmolLM2 and of a randomly initialised
+Qwen3-0.6B-shaped model against ceilings measured in the same run, then one RL step of the main
+job.
 
-  .venv/bin/python benchmarks/accelerator.py             # one GPU: under 5 minutes
+  bash scripts/setup.sh --gpu                            # the CUDA build of jax, once
+  .venv/bin/python benchmarks/accelerator.py             # one GPU: under 8 minutes
   .venv/bin/python benchmarks/accelerator.py --dry_run   # CPU backend, tiny sizes (a test runs it)
 
 Steps: (1) pytest on the model/sampler subset in a subprocess with ``JAX_PLATFORMS`` unset (so JAX
 picks the accelerator) and float32 matmuls at full precision (``JAX_DEFAULT_MATMUL_PRECISION``;
 GPUs otherwise use TF32, which the float32 reference comparisons were not written for); the
-8-device sharding tests are left out (one chip). (2) The ceiling: a bf16 [n, n] @ [n, n] matmul,
-median of repeats. (3) Per model, with ``compute_dtype="auto"`` (bf16 on accelerators, float32 on
-CPU) over float32 parameters:
+8-device sharding tests are left out (one chip). (2) The ceilings: a bf16 [n, n] @ [n, n] matmul
+and the read of a 2 GiB bf16 array, medians of repeats. (3) Per model, with
+``compute_dtype="auto"`` (bf16 on accelerators, float32 on CPU) over float32 parameters:
   forward: ``model.hidden`` + the head's log-sum-exp over B x T tokens; model FLOPs = 2 x (weight
     matmul parameters) per token + the causal attention products;
   sampler: ``Sampler.sample`` (prefill + decode, EOS ignored) of R rows; FLOPs = 2 x weights per
     prompt and generated token (decode is memory-bound: this fraction is expected to be small);
-  train (when ``arenarl_jax/trainer.py`` exists, or with ``--train=on``): its
-    ``Trainer.step`` on B x T tokens (without that module: a generic value-and-grad of the mean
-    token log-prob plus AdamW), counted as 3 x the forward's FLOPs.
-Each fraction = achieved FLOP/s / ceiling FLOP/s. ``--dry_run`` runs the same code on the CPU
-backend with tiny sizes; there the Qwen3-0.6B shape is replaced by a scaled-down Qwen3-family
-config (same family and features: qk-norm, GQA, tied head; 2 layers, width 64), SmolLM2 keeps
-its first 2 of 30 layers (real weights, real loader), and only one small test runs in the pytest
-step. Ends with one ``RESULT`` line.
+  decode step: seconds per generated token (two runs of N and 2N new tokens, differenced), and
+    its fraction of the read bandwidth: the bytes a step must read (every weight and every
+    layer's K and V cache in the compute dtype, ``accelerator_measure.decode_bytes``) per second;
+  train: ``trainer.Trainer.step`` with the RL loss on B x T tokens, counted as 3 x the forward's
+    FLOPs (the model FLOP utilisation against the measured matmul ceiling).
+(4) The main job's RL step: ``configs/quickstart.py`` (``:smoke`` on a dry run) with a short SFT
+and two RL steps in a subprocess; its second step's ``time/step_s`` with the sampling and update
+parts. ``--dry_run`` runs the same code on the CPU backend with tiny sizes; there the Qwen3-0.6B
+shape is replaced by a scaled-down Qwen3-family config (same family and features: qk-norm, GQA,
+tied head; 2 layers, width 64), SmolLM2 keeps its first 2 of 30 layers (real weights, real
+loader), and only one small test runs in the pytest step. Ends with one ``RESULT`` line.
 """
 from __future__ import annotations
 
@@ -59,12 +63,16 @@ class Sizes:
   prompt_tokens: int
   new_tokens: int
   test_timeout_s: int
+  bandwidth_bytes: int  # the read-bandwidth probe's array
+  rl_timeout_s: int  # the main-job RL step's subprocess
 
 
 FULL = Sizes(ceiling_n=8192, repeats=5, forward_rows=8, forward_tokens=1024, sampler_prompts=8,
-             sampler_group=4, prompt_tokens=128, new_tokens=128, test_timeout_s=120)
+             sampler_group=4, prompt_tokens=128, new_tokens=128, test_timeout_s=120,
+             bandwidth_bytes=2 * 2**30, rl_timeout_s=240)
 DRY = Sizes(ceiling_n=256, repeats=1, forward_rows=1, forward_tokens=16, sampler_prompts=1,
-            sampler_group=2, prompt_tokens=8, new_tokens=3, test_timeout_s=120)
+            sampler_group=2, prompt_tokens=8, new_tokens=3, test_timeout_s=120,
+            bandwidth_bytes=2**20, rl_timeout_s=240)
 
 
 def run_tests(paths, timeout_s: int, dry_run: bool) -> dict[str, float]:
@@ -98,6 +106,48 @@ def run_tests(paths, timeout_s: int, dry_run: bool) -> dict[str, float]:
           "tests_s": round(elapsed, 1)}
 
 
+def rl_step(dry_run: bool, timeout_s: int) -> dict[str, float]:
+  """The main job's RL step on this backend: ``arenarl_jax.main`` with ``configs/quickstart.py``
+  (``:smoke`` on a dry run) for a short SFT and two RL steps in a subprocess, timed by the run's
+  own ``time/step_s`` of its second step (the first compiles); {rl_step_s, rl_sample_s,
+  rl_update_s}, or {rl_step_failed: 1}."""
+  import tempfile  # pylint: disable=g-import-not-at-top
+  config = "configs/quickstart.py" + (":smoke" if dry_run else "")
+  env = dict(os.environ, PYTHONPATH=_ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""))
+  if not dry_run:
+    env.pop("JAX_PLATFORMS", None)
+  with tempfile.TemporaryDirectory() as workdir:
+    cmd = [sys.executable, "-m", "arenarl_jax.main", f"--config={config}", f"--workdir={workdir}",
+           "--config.rl.steps=2", "--config.eval.tasks_per_subtask=1",
+           "--config.metrics.progress=False"] + ([] if dry_run else ["--config.sft.steps=20"])
+    try:
+      proc = subprocess.run(cmd, cwd=_ROOT, env=env, capture_output=True, text=True,
+                            timeout=timeout_s, check=False)
+    except subprocess.TimeoutExpired:
+      print(f"rl step: stopped after {timeout_s} s")
+      return {"rl_step_failed": 1}
+    path = os.path.join(workdir, "metrics.jsonl")
+    if proc.returncode or not os.path.isfile(path):
+      print("rl step failed:\n" + "\n".join((proc.stdout + proc.stderr).splitlines()[-15:]))
+      return {"rl_step_failed": 1}
+    return step_times(path)
+
+
+def step_times(path: str) -> dict[str, float]:
+  """The last RL step's times in a run's ``metrics.jsonl``: {rl_step_s, rl_sample_s,
+  rl_update_s}; a clear error when no row has ``time/step_s``."""
+  import json  # pylint: disable=g-import-not-at-top
+  with open(path, encoding="utf-8") as f:
+    rows = [json.loads(line) for line in f if line.strip()]
+  timed = [r for r in rows if "time/step_s" in r]
+  if not timed:
+    raise ValueError(f"{path}: no row with time/step_s (no RL step finished)")
+  last = timed[-1]
+  return {"rl_step_s": round(last["time/step_s"], 3),
+          "rl_sample_s": round(last.get("time/sample_s", 0.0), 3),
+          "rl_update_s": round(last.get("time/update_s", 0.0), 3)}
+
+
 def main(argv=None) -> dict[str, float]:
   parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
   parser.add_argument("--dry_run", action="store_true", help="CPU backend, tiny sizes")
@@ -105,6 +155,8 @@ def main(argv=None) -> dict[str, float]:
   parser.add_argument("--cache_dir", default=None, help="converted-parameter cache (SmolLM2)")
   parser.add_argument("--train", choices=("auto", "on", "off"), default="auto",
                       help="the train step: auto = when arenarl_jax/trainer.py exists")
+  parser.add_argument("--rl_step", choices=("on", "off"), default="on",
+                      help="one main-job RL step (configs/quickstart.py) in a subprocess")
   args = parser.parse_args(argv)
   if args.dry_run:
     os.environ["JAX_PLATFORMS"] = "cpu"
@@ -124,6 +176,9 @@ def main(argv=None) -> dict[str, float]:
   ceiling = measure.matmul_ceiling(sizes.ceiling_n, sizes.repeats)
   print(f"bf16 matmul ceiling: {ceiling / 1e12:.3f} TFLOP/s at n={sizes.ceiling_n}")
   result["ceiling_tflops"] = round(ceiling / 1e12, 4)
+  bandwidth = measure.bandwidth_ceiling(sizes.bandwidth_bytes, sizes.repeats)
+  print(f"read bandwidth: {bandwidth / 1e9:.1f} GB/s over {sizes.bandwidth_bytes / 1e9:.2f} GB")
+  result["bandwidth_gb_s"] = round(bandwidth / 1e9, 2)
   train = args.train == "on" or (
       args.train == "auto" and importlib.util.find_spec("arenarl_jax.trainer") is not None)
 
@@ -140,12 +195,21 @@ def main(argv=None) -> dict[str, float]:
     flops_s, tok_s = measure.sampler(model, sizes)
     result[f"{prefix}_sampler_frac"] = round(flops_s / ceiling, 5)
     result[f"{prefix}_sampler_tok_s"] = round(tok_s, 1)
+    step_s = measure.decode_step(model, sizes)
+    rows = sizes.sampler_prompts * sizes.sampler_group
+    moved = measure.decode_bytes(cfg, rows, sizes.prompt_tokens + 2 * sizes.new_tokens)
+    result[f"{prefix}_decode_step_ms"] = round(step_s * 1e3, 3)
+    result[f"{prefix}_decode_hbm_frac"] = round(moved / step_s / bandwidth, 4)
     if train:
       flops_s, tok_s = measure.train(model, sizes)
       result[f"{prefix}_train_frac"] = round(flops_s / ceiling, 4)
       result[f"{prefix}_train_tok_s"] = round(tok_s, 1)
     print({k: v for k, v in result.items() if k.startswith(prefix)},
           f"{time.perf_counter() - start:.1f} s in all")
+  if args.rl_step == "on":
+    start = time.perf_counter()
+    result.update(rl_step(args.dry_run, sizes.rl_timeout_s))
+    print(f"main-job RL step: {time.perf_counter() - start:.1f} s in all")
   result["dry_run"] = int(args.dry_run)
   print(f"RESULT backend={backend} " + " ".join(f"{k}={v}" for k, v in result.items()))
   return result

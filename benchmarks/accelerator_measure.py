@@ -193,3 +193,42 @@ def generic_train(model: Transformer, sizes) -> tuple[float, float]:
   n_tokens = sizes.forward_rows * sizes.forward_tokens
   flops = 3 * forward_flops(cfg, sizes.forward_rows, sizes.forward_tokens)
   return flops / seconds, n_tokens / seconds
+
+
+def bandwidth_ceiling(n_bytes: int, repeats: int) -> float:
+  """Bytes/s of reading a bf16 array of ``n_bytes`` once (a float32-accumulated sum), median of
+  ``repeats``: the memory bandwidth a decode step can reach on this device."""
+  x = jax.random.normal(jax.random.key(2), (n_bytes // 2,), jnp.bfloat16)
+  run = jax.jit(lambda x: jnp.sum(x, dtype=jnp.float32))
+  run(x).block_until_ready()
+  return x.nbytes / timing.median_time(lambda: run(x).block_until_ready(), max(repeats, 3))
+
+
+def decode_bytes(cfg: ModelConfig, rows: int, cache_len: int) -> int:
+  """Bytes one decode step must read at least: every weight in the compute dtype, and the K and
+  V of every layer's cache (the reference attention reads every slot)."""
+  item = np.dtype(cfg.act_dtype).itemsize
+  cache = rows * cache_len * cfg.n_layers * 2 * cfg.n_kv_heads * cfg.head_dim * item
+  return cfg.num_params() * item + cache
+
+
+def decode_step(model: Transformer, sizes) -> float:
+  """Seconds per decode step of ``Sampler.sample``: the difference of two runs that generate
+  ``sizes.new_tokens`` and twice as many tokens over the same prompts, per extra token (the
+  prefill and the host's work cancel)."""
+  cfg = model.cfg
+  prompts = np.asarray(_tokens(cfg, sizes.sampler_prompts, sizes.prompt_tokens, seed=3)).tolist()
+  cache_len = sizes.prompt_tokens + 2 * sizes.new_tokens
+  s = Sampler(model, cache_len=cache_len, cache_sizes=())
+
+  def run(new_tokens, seed):
+    settings = SamplingSettings(temperature=1.0, max_new_tokens=new_tokens, eos_ids=())
+    out, _ = s.sample(prompts, group_size=sizes.sampler_group, settings=settings,
+                      key=jax.random.key(seed))
+    jax.block_until_ready(out.tokens_NT)
+
+  times = {}
+  for new in (sizes.new_tokens, 2 * sizes.new_tokens):
+    run(new, 0)  # compile
+    times[new] = timing.median_time(lambda n=new: run(n, 1), sizes.repeats)
+  return max(times[2 * sizes.new_tokens] - times[sizes.new_tokens], 1e-9) / sizes.new_tokens

