@@ -22,6 +22,7 @@ import jax.numpy as jnp
 from flax import nnx
 
 from arenarl_jax.models.config import ModelConfig
+from arenarl_jax.models import kv_cache
 from arenarl_jax.models.kv_cache import LayerCache
 from arenarl_jax.models.layers import Linear, RMSNorm
 from arenarl_jax.models.rope import apply_rope
@@ -111,30 +112,40 @@ class Context:
 
 
 def cache_visibility(layer: LayerCache, count_NT):
-  """(visible [N, T, S] = slot < count_NT, the shared prefix as ``attend`` takes it, or None)."""
-  slots_S = jnp.arange(layer.v.shape[2])
+  """(visible [N, T, S] = slot < count_NT, the shared prefix (keys, values as stored, visible
+  [B, P]) or None)."""
+  slots_S = jnp.arange(layer.n_slots)
   visible_NTS = slots_S[None, None, :] < count_NT[:, :, None]
   prefix = None
   if layer.prefix_k is not None:
-    slots_P = jnp.arange(layer.prefix_v.shape[2])
+    slots_P = jnp.arange(layer.prefix_slots)
     prefix = (layer.prefix_k, layer.prefix_v,
               slots_P[None, :] < layer.prefix_lengths_B[:, None])
   return visible_NTS, prefix
 
 
+def nkfs_prefix(prefix, layout: str):
+  """``cache_visibility``'s prefix with its keys and values as ``attend`` reads them."""
+  if prefix is None:
+    return None
+  return (*kv_cache.as_nkfs(prefix[0], prefix[1], layout), prefix[2])
+
+
 def branch_counts(layer: LayerCache, lengths_N, t: int):
   """[N, T]: the row-buffer slots a branch query sees (positions below lengths_N)."""
-  count_N = jnp.clip(lengths_N - layer.start_N, 0, layer.v.shape[2])
+  count_N = jnp.clip(lengths_N - layer.start_N, 0, layer.n_slots)
   return jnp.broadcast_to(count_N[:, None], (count_N.shape[0], t))
 
 
 class ReferenceAttention:
   """The plain softmax of ``attend``: the test oracle, and the fallback of the other
-  implementations. Queries arrive as [N, T, K, R, F] (unscaled), keys and values as [N, T, K, F]."""
+  implementations. Queries arrive as [N, T, K, R, F] (unscaled), keys and values as [N, T, K, F].
+  It reads caches of either layout (an ``nskf`` one through transposed copies)."""
 
   name = "reference"
   # Whether the sampler decodes with the feature-major CPU step (``models/cpu/decode.py``).
   feature_major_decode = False
+  cache_layout = "nkfs"  # the layout of the caches this implementation's models make
 
   def sequence(self, q_NTKRF, k_NTKF, v_NTKF, mask_NT):
     t = q_NTKRF.shape[1]
@@ -145,19 +156,22 @@ class ReferenceAttention:
                   visible_NTS)
 
   def cache(self, q_NTKRF, k_NTKF, v_NTKF, positions_NT, layer: LayerCache):
-    """(out, (keys, values) with the chunk written)."""
-    k_NKFS, v_NKSF = layer.write(k_NTKF, v_NTKF, positions_NT)
+    """(out, (keys, values) with the chunk written, in the layer's layout)."""
+    k, v = layer.write(k_NTKF, v_NTKF, positions_NT)
     # Right-padding tokens of a chunk sit at later positions than the row's real tokens, so what
     # they write is invisible to them; no padding mask is needed here.
     visible_NTS, prefix = cache_visibility(layer, layer.slots(positions_NT) + 1)
-    return attend(q_NTKRF, k_NKFS, v_NKSF, visible_NTS, prefix), (k_NKFS, v_NKSF)
+    k_NKFS, v_NKSF = kv_cache.as_nkfs(k, v, layer.layout)
+    out = attend(q_NTKRF, k_NKFS, v_NKSF, visible_NTS, nkfs_prefix(prefix, layer.layout))
+    return out, (k, v)
 
   def branch(self, q_NTKRF, k_NTKF, v_NTKF, layer: LayerCache, lengths_N, sees_TT):
     t = q_NTKRF.shape[1]
     visible_NTS, prefix = cache_visibility(layer, branch_counts(layer, lengths_N, t))
     extra = (k_NTKF.transpose(0, 2, 3, 1).astype(layer.k.dtype),
              v_NTKF.transpose(0, 2, 1, 3).astype(layer.v.dtype), sees_TT[None])
-    return attend(q_NTKRF, layer.k, layer.v, visible_NTS, prefix, extra)
+    k_NKFS, v_NKSF = kv_cache.as_nkfs(layer.k, layer.v, layer.layout)
+    return attend(q_NTKRF, k_NKFS, v_NKSF, visible_NTS, nkfs_prefix(prefix, layer.layout), extra)
 
 
 class Attention(nnx.Module):

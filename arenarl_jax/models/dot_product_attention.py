@@ -3,13 +3,11 @@
 The call takes [N, S, K, F] keys (GQA natively) and a boolean mask [N, 1, T, S]. With
 ``return_residual`` it also gives each query's log-normaliser, so attention over separate key
 sets (the row's cache, the prompt's shared prefix, a branch's own tokens) is merged exactly:
-out = sum_i exp(lse_i - lse) out_i with lse = logaddexp_i lse_i. The cache's keys are stored
-[N, K, F, S] (the layout the CPU paths read as stored) and are transposed for the call.
-
-Decode (one query token per row against the cache) uses the reference attention, which reads the
-cache in its stored layout: a flash kernel brings nothing at one query per row, and the call
-would transpose every layer's keys and values at every step (the slot for a decode kernel is in
-``attention_choice``).
+out = sum_i exp(lse_i - lse) out_i with lse = logaddexp_i lse_i. The caches this implementation's
+models make are ``nskf`` ([N, S, K, F] keys and values, ``models/kv_cache.py``): the call's own
+layout, read as stored, and the one whose decode writes the TPU compiler does in place. A cache
+in the ``nkfs`` layout (made by another implementation) is transposed for the call, and its
+decode steps (one query per row) use the reference attention, which reads it as stored.
 
 Implementation: cuDNN flash attention (``implementation="cudnn"``) on GPU for full causal
 sequences without a padding mask in bfloat16/float16 with a head size that is a multiple of 8 up
@@ -22,6 +20,7 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 
+from arenarl_jax.models import kv_cache
 from arenarl_jax.models.attention import ReferenceAttention, branch_counts, cache_visibility
 from arenarl_jax.models.kv_cache import LayerCache
 
@@ -61,6 +60,7 @@ class DotProductAttention(ReferenceAttention):
   """``jax.nn.dot_product_attention`` for every call (see the module doc)."""
 
   name = "dot_product_attention"
+  cache_layout = "nskf"
 
   def sequence(self, q_NTKRF, k_NTKF, v_NTKF, mask_NT):
     if not _supported(q_NTKRF, k_NTKF, v_NTKF):
@@ -77,31 +77,31 @@ class DotProductAttention(ReferenceAttention):
     out = jax.nn.dot_product_attention(q_NTHF, k_NTKF, v_NTKF, mask=visible, implementation="xla")
     return out.reshape(n, t, kv, r, f)
 
-  def _against_cache(self, q_NTKRF, k_NKFS, v_NKSF, layer: LayerCache, count_NT, extra=None):
+  def _against_cache(self, q_NTKRF, k, v, layer: LayerCache, count_NT, extra=None):
     n, t, kv, r, f = q_NTKRF.shape
-    q_NTHF = q_NTKRF.reshape(n, t, kv * r, f).astype(v_NKSF.dtype)
+    q_NTHF = q_NTKRF.reshape(n, t, kv * r, f).astype(v.dtype)
     visible_NTS, prefix = cache_visibility(layer, count_NT)
-    parts = [_call(q_NTHF, k_NKFS.transpose(0, 3, 1, 2), v_NKSF.transpose(0, 2, 1, 3),
-                   visible_NTS[:, None])]
+    parts = [_call(q_NTHF, *kv_cache.as_nskf(k, v, layer.layout), visible_NTS[:, None])]
     if prefix is not None:
-      pk_BKFP, pv_BKPF, visible_BP = prefix
-      b = pk_BKFP.shape[0]
+      pk, pv, visible_BP = prefix
+      b = pk.shape[0]
       # The G rows of a prompt as one sequence of G*T queries against the prompt's keys.
       q_BXHF = q_NTHF.reshape(b, (n // b) * t, kv * r, f)
-      out_BXHF, lse_BXH = _call(q_BXHF, pk_BKFP.transpose(0, 3, 1, 2),
-                                pv_BKPF.transpose(0, 2, 1, 3), visible_BP[:, None, None, :])
+      out_BXHF, lse_BXH = _call(q_BXHF, *kv_cache.as_nskf(pk, pv, layer.layout),
+                                visible_BP[:, None, None, :])
       parts.append((out_BXHF.reshape(n, t, kv * r, f), lse_BXH.reshape(n, t, kv * r)))
     if extra is not None:
       parts.append(_call(q_NTHF, *extra))
     out = parts[0][0] if len(parts) == 1 else _merge(parts)
-    return out.astype(v_NKSF.dtype).reshape(n, t, kv, r, f)
+    return out.astype(v.dtype).reshape(n, t, kv, r, f)
 
   def cache(self, q_NTKRF, k_NTKF, v_NTKF, positions_NT, layer: LayerCache):
-    if q_NTKRF.shape[1] == 1 or not _supported(q_NTKRF, layer.k):
+    decode_nkfs = q_NTKRF.shape[1] == 1 and layer.layout == "nkfs"
+    if decode_nkfs or not _supported(q_NTKRF, layer.k):
       return super().cache(q_NTKRF, k_NTKF, v_NTKF, positions_NT, layer)
-    k_NKFS, v_NKSF = layer.write(k_NTKF, v_NTKF, positions_NT)
-    out = self._against_cache(q_NTKRF, k_NKFS, v_NKSF, layer, layer.slots(positions_NT) + 1)
-    return out, (k_NKFS, v_NKSF)
+    k, v = layer.write(k_NTKF, v_NTKF, positions_NT)
+    out = self._against_cache(q_NTKRF, k, v, layer, layer.slots(positions_NT) + 1)
+    return out, (k, v)
 
   def branch(self, q_NTKRF, k_NTKF, v_NTKF, layer: LayerCache, lengths_N, sees_TT):
     if not _supported(q_NTKRF, layer.k):

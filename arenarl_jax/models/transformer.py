@@ -73,9 +73,15 @@ class Transformer(nnx.Module):
     self.lm_head = None if cfg.tie_embeddings else Linear(
         cfg.d_model, cfg.vocab_size, bias=False, dtype=cfg.dtype, rngs=rngs)
 
+  @property
+  def cache_layout(self) -> str:
+    """The layout of this model's KV caches: its attention implementation's (resolved for the
+    current backend, so call it where a program is traced; ``models/kv_cache.py``)."""
+    return attention_choice.resolve(self.attention).cache_layout
+
   def empty_cache(self, n_rows: int, n_slots: int, dtype=None) -> KVCache:
-    """A zeroed KV cache of ``n_slots`` positions per row for this model."""
-    return KVCache.init(self.cfg, n_rows, n_slots, dtype)
+    """A zeroed KV cache of ``n_slots`` positions per row for this model, in its layout."""
+    return KVCache.init(self.cfg, n_rows, n_slots, dtype, layout=self.cache_layout)
 
   def hidden(self, tokens_NT, positions_NT=None, *, cache: KVCache | None = None, mask_NT=None):
     n, t = tokens_NT.shape

@@ -15,7 +15,7 @@ from flax import nnx
 from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 
 from arenarl_jax.models import backend
-from arenarl_jax.models.kv_cache import KVCache
+from arenarl_jax.models.kv_cache import KVCache, layout_of
 from arenarl_jax.sampling import choose
 from arenarl_jax.sampling.settings import EOS, LENGTH, NONE, STOP, RowSettings
 
@@ -62,15 +62,17 @@ def _on_rows(tree, mesh: Mesh | None):
   def constrain(x, *spec):
     return jax.lax.with_sharding_constraint(x, NamedSharding(mesh, P(*spec[:x.ndim])))
 
-  def heads(x, rows):  # [rows, K, ...]: K over 'tensor' when it divides
-    return constrain(x, rows, "tensor" if tensor > 1 and x.shape[1] % tensor == 0 else None)
+  def heads(x, rows, axis):  # K (axis 1 or 2, as the layout puts it) over 'tensor' if it divides
+    split = "tensor" if tensor > 1 and x.shape[axis] % tensor == 0 else None
+    return constrain(x, rows, *((split,) if axis == 1 else (None, split)))
 
   def pin(x):
     if isinstance(x, KVCache):
+      axis = x.head_axis
       prefix = None if x.prefix is None else jax.tree.map(
-          lambda y: heads(y, None) if y.ndim == 4 else constrain(y), x.prefix)
-      return x.replace(k=tuple(heads(y, "data") for y in x.k),
-                       v=tuple(heads(y, "data") for y in x.v), prefix=prefix)
+          lambda y: heads(y, None, axis) if y.ndim == 4 else constrain(y), x.prefix)
+      return x.replace(k=tuple(heads(y, "data", axis) for y in x.k),
+                       v=tuple(heads(y, "data", axis) for y in x.v), prefix=prefix)
     return constrain(x, "data") if x.ndim else constrain(x)
   return jax.tree.map(pin, tree, is_leaf=lambda x: isinstance(x, KVCache))
 
@@ -89,11 +91,13 @@ def prefill(graphdef, params, tokens_BT, counts_B, *, group_size: int, n_slots: 
   model = nnx.merge(graphdef, params)
   b, t = tokens_BT.shape
   positions_BT = jnp.broadcast_to(jnp.arange(t, dtype=jnp.int32), (b, t))
-  h_BTD, prompts = model.hidden(tokens_BT, positions_BT, cache=KVCache.init(model.cfg, b, t))
+  empty = KVCache.init(model.cfg, b, t, layout=layout_of(model))
+  h_BTD, prompts = model.hidden(tokens_BT, positions_BT, cache=empty)
   hidden_BD = _last_hidden(h_BTD, counts_B)
   rows_N = jnp.arange(b * group_size) // group_size
   state = SamplerState(
-      cache=KVCache.init(model.cfg, b * group_size, n_slots, prefix=prompts.as_prefix(counts_B)),
+      cache=KVCache.init(model.cfg, b * group_size, n_slots, prefix=prompts.as_prefix(counts_B),
+                         layout=prompts.layout),
       lengths_N=counts_B[rows_N],
       hidden_ND=hidden_BD[rows_N],
       done_N=jnp.zeros((b * group_size,), bool),

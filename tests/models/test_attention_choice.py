@@ -1,6 +1,8 @@
 """Every attention implementation equals the reference at the seam: full sequences with left
 padding, cache chunks at per-row offsets after shared prompt prefixes, decode, and tree branches
-with extra keys, for GQA ratios 1-7 and head sizes 32-128 (float32, within 1e-5)."""
+with extra keys, for GQA ratios 1-7 and head sizes 32-128 (float32, within 1e-5), on caches of
+both layouts (models/kv_cache.py); the reference itself on an ``nskf`` cache equals itself on
+the same cache stored ``nkfs``."""
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -9,6 +11,7 @@ import pytest
 from arenarl_jax.models import attention_choice
 from arenarl_jax.models.attention import ReferenceAttention
 from arenarl_jax.models.cpu import kernel
+from arenarl_jax.models import kv_cache
 from arenarl_jax.models.kv_cache import LayerCache
 
 IMPLEMENTATIONS = ["dot_product_attention", pytest.param("cpu_kernel", marks=pytest.mark.skipif(
@@ -47,23 +50,40 @@ def _tree_sees():
   return jnp.asarray(sees)
 
 
-def _calls(impl, inputs):
-  """Every kind of call of ``impl`` on ``inputs`` (one jitted program per implementation)."""
+def _in_layout(layer: LayerCache, layout: str) -> LayerCache:
+  """The same cache stored in ``layout`` (built ``nkfs``)."""
+  if layout == "nkfs":
+    return layer
+  k, v = kv_cache.as_nskf(layer.k, layer.v, "nkfs")
+  pk, pv = ((None, None) if layer.prefix_k is None
+            else kv_cache.as_nskf(layer.prefix_k, layer.prefix_v, "nkfs"))
+  return LayerCache(k, v, layer.start_N, pk, pv, layer.prefix_lengths_B, layout=layout)
+
+
+def _calls(impl, inputs, layout="nkfs"):
+  """Every kind of call of ``impl`` on ``inputs`` with the caches stored in ``layout``, the
+  written buffers given back ``nkfs`` (one jitted program per implementation)."""
   seq, mask_NT, per_layer = inputs
   out = [impl.sequence(*seq, mask_NT)]
   for layer, chunks, branch in per_layer:
+    layer = _in_layout(layer, layout)
     for q, k, v, positions_NT in chunks:
       got, (gk, gv) = impl.cache(q, k, v, positions_NT, layer)
-      out += [got, gk, gv]
+      out += [got, *kv_cache.as_nkfs(gk, gv, layout)]
     out.append(impl.branch(*branch[:3], layer, *branch[3:]))
   return out
 
 
-@pytest.mark.parametrize("name", IMPLEMENTATIONS)
+def _layouts(name):
+  """The cache layouts ``name`` reads: the CPU kernel only its own."""
+  return ("nkfs",) if name == "cpu_kernel" else kv_cache.LAYOUTS
+
+
+@pytest.mark.parametrize("name", IMPLEMENTATIONS + ["reference"])
 @pytest.mark.parametrize("r,f", SHAPES)
 def test_every_call_equals_the_reference(name, r, f):
   impl = attention_choice.resolve(name)
-  assert impl.name == name
+  assert impl.name == name and impl.cache_layout in kv_cache.LAYOUTS
   rng = np.random.default_rng(r * 1000 + f)
   # Full sequence, rows left-padded by 0, 3 and 6 tokens (compared at the real queries).
   t = 11
@@ -82,11 +102,14 @@ def test_every_call_equals_the_reference(name, r, f):
               layer.start_N + jnp.asarray([1, 12, 24, 7]), _tree_sees())
     per_layer.append((layer, chunks, branch))
   inputs = (seq, mask_NT, per_layer)
-  got, want = jax.jit(lambda x: (_calls(impl, x), _calls(REF, x)))(inputs)
+  layouts = _layouts(name)
+  got, want = jax.jit(lambda x: ([_calls(impl, x, lay) for lay in layouts], _calls(REF, x)))(
+      inputs)
   real = mask_NT[..., None, None, None]
-  _close(jnp.where(real, got[0], 0), jnp.where(real, want[0], 0))
-  for a, b in zip(got[1:], want[1:]):
-    _close(a, b)
+  for one in got:
+    _close(jnp.where(real, one[0], 0), jnp.where(real, want[0], 0))
+    for a, b in zip(one[1:], want[1:]):
+      _close(a, b)
 
 
 def test_a_branch_is_its_own_causal_sequence():

@@ -128,3 +128,45 @@ def test_token_logprobs_equal_log_softmax_of_full_logits(chunk, temperature, mod
   valid = (mask[:, 1:] * mask[:, :-1]).astype(bool)
   np.testing.assert_allclose(got[:, 1:][valid], want[valid], atol=1e-5, rtol=0)
   assert want.min() < -1.0  # not a degenerate near-uniform distribution
+
+
+def test_the_two_layouts_hold_the_same_cache():
+  """An ``nskf`` cache is the ``nkfs`` one transposed, through init, write, resize, take_rows and
+  as_prefix; a dot_product_attention model makes ``nskf`` caches, the reference ``nkfs``."""
+  from arenarl_jax.models import config as config_lib  # pylint: disable=g-import-not-at-top
+  from arenarl_jax.models import kv_cache  # pylint: disable=g-import-not-at-top
+  from arenarl_jax.models.transformer import make_model  # pylint: disable=g-import-not-at-top
+  cfg = config_lib.get_preset("tiny")  # 2 layers, 2 KV heads of 16
+  a = KVCache.init(cfg, n_rows=3, n_slots=8)
+  b = KVCache.init(cfg, n_rows=3, n_slots=8, layout="nskf")
+  assert a.k[0].shape == (3, 2, 16, 8) and a.v[0].shape == (3, 2, 8, 16)
+  assert b.k[0].shape == b.v[0].shape == (3, 8, 2, 16)
+  assert a.n_slots == b.n_slots == 8 and (a.head_axis, b.head_axis) == (1, 2)
+  rng = np.random.default_rng(0)
+  k_NTKF = jnp.asarray(rng.normal(size=(3, 2, 2, 16)), jnp.float32)
+  v_NTKF = jnp.asarray(rng.normal(size=(3, 2, 2, 16)), jnp.float32)
+  positions = jnp.asarray([[0, 1], [5, 6], [7, 8]])  # slot 8 is past the end: dropped
+  wa = a.layer(0).write(k_NTKF, v_NTKF, positions)
+  wb = b.layer(0).write(k_NTKF, v_NTKF, positions)
+  for x, y in zip(wa, kv_cache.as_nkfs(*wb, "nskf")):
+    np.testing.assert_array_equal(np.asarray(x), np.asarray(y))
+  np.testing.assert_array_equal(np.asarray(wb[0][1, 5]), np.asarray(k_NTKF[1, 0]))
+  assert float(jnp.abs(wb[0][2, 7]).sum()) > 0  # slot 7 written, slot 8 dropped
+  a, b = a.replace(k=(wa[0], a.k[1]), v=(wa[1], a.v[1])), b.replace(k=(wb[0], b.k[1]),
+                                                                   v=(wb[1], b.v[1]))
+  for grown_a, grown_b in ((a.resize(12), b.resize(12)), (a.resize(4), b.resize(4))):
+    assert grown_b.n_slots == grown_a.n_slots and grown_b.layout == "nskf"
+    np.testing.assert_array_equal(np.asarray(grown_a.k[0]),
+                                  np.asarray(kv_cache.as_nkfs(grown_b.k[0], grown_b.v[0],
+                                                              "nskf")[0]))
+  rows = jnp.asarray([2, 0])
+  assert b.take_rows(rows).layout == "nskf"
+  prefix = b.as_prefix(jnp.asarray([3, 1, 2]))
+  with_prefix = KVCache.init(cfg, 6, 4, prefix=prefix, layout="nskf")
+  assert with_prefix.position_bound == 4 + 8 and with_prefix.layer(1).layout == "nskf"
+  with pytest.raises(ValueError, match="cannot take a nskf prefix"):
+    KVCache.init(cfg, 6, 4, prefix=prefix)
+  with pytest.raises(ValueError, match="layout must be one of"):
+    KVCache.init(cfg, 1, 4, layout="nsfk")
+  assert make_model(cfg, attention="dot_product_attention").empty_cache(1, 4).layout == "nskf"
+  assert make_model(cfg, attention="reference").empty_cache(1, 4).layout == "nkfs"
