@@ -36,9 +36,13 @@ the config's algorithm and small rows (a test runs it).
 
 Output: per chip kind and re-plan, a table of the three programs' memory, the parameter bytes per
 device in the training and sampling layouts, and a verdict; it ends with one line per chip kind
-``RESULT chip=... train_gb=... sample_gb=... param_gb_per_device=... hbm_gb=... target=...`` of
-the config as given (param_gb_per_device: the training layout's; the sampling layout's is in
-the table and in the ``PARAMS`` line).
+``RESULT chip=... train_gb=... sample_gb=... param_gb_per_device=... hbm_gb=... target=...
+train_rows=... train_len=... cache_len=... sample_rows_per_host=... decode_temp_gb=...
+decode_temp_per_cache=...`` of the config as given (the workload it planned: train rows per
+minibatch and their length, the decode's slots per row and sampling rows per host; decode's
+temporaries, in GB and per byte of the KV cache: a second cache would make the ratio >= 1;
+param_gb_per_device: the training layout's; the sampling layout's is in the table and in the
+``PARAMS`` line).
 """
 from __future__ import annotations
 
@@ -297,9 +301,14 @@ def main(argv=None):
           f"replicated_bytes={p['params_replicated_bytes']} tensor={p['sampling_mesh']['tensor']} "
           f"fsdp={p['mesh']['fsdp']}")
   for r in results:
+    p = r["plan"]
     print(f"RESULT chip={r['chip']} train_gb={r['train_gb']:.4g} sample_gb={r['sample_gb']:.4g} "
           f"param_gb_per_device={r['param_gb']:.4g} hbm_gb={r['hbm_gb']:.4g} "
-          f"target={'tpu' if r['target'] == 'tpu' else 'cpu_estimate'}")
+          f"target={'tpu' if r['target'] == 'tpu' else 'cpu_estimate'} "
+          f"train_rows={p['train_rows']} train_len={p['train_tokens']} "
+          f"cache_len={p['decode_slots']} sample_rows_per_host={p['rows_per_host']} "
+          f"decode_temp_gb={p['decode']['temp'] / GB:.4g} "
+          f"decode_temp_per_cache={p['decode']['temp'] / max(p['cache_bytes'], 1):.3g}")
   return results
 
 

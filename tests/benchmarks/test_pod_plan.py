@@ -26,7 +26,13 @@ def test_smoke_plan_result_line_and_parameter_bytes():
   assert lines[-1].startswith("RESULT "), proc.stdout[-2000:]
   result = _keys(lines[-1])
   assert list(result) == ["chip", "train_gb", "sample_gb", "param_gb_per_device", "hbm_gb",
-                          "target"]
+                          "target", "train_rows", "train_len", "cache_len",
+                          "sample_rows_per_host", "decode_temp_gb", "decode_temp_per_cache"]
+  # The smoke workload (pod_plan.SMOKE): 16 rows x 128 tokens per minibatch (8 prompts x G = 2),
+  # 128-slot caches, 4 prompts x G = 2 sampling rows per host.
+  assert [int(result[k]) for k in ("train_rows", "train_len", "cache_len",
+                                   "sample_rows_per_host")] == [16, 128, 128, 8]
+  assert float(result["decode_temp_per_cache"]) > 0
   assert result["chip"] == "v5p" and result["target"] == "cpu_estimate"
   for key in ("train_gb", "sample_gb", "param_gb_per_device", "hbm_gb"):
     assert float(result[key]) > 0, (key, result)
