@@ -17,12 +17,18 @@ Memory per chip (``benchmarks/pod_plan.py``: the train step, prefill and decode 
 of time for the TPU topology; numbers and method in benchmarks/README.md, "Pod plan"): a train
 minibatch is 128 rows x 8,192 tokens, a host samples 64 rows with 8,192-token caches. The
 parameters take 1.03 GB per chip in the training layout, 8.19 GB in the sampling layout.
-- v5p (95 GB HBM): fits as given (``rl.accumulation_steps=4``): train 82.9 GB, sample 55.4 GB
-  per chip. With 2 micro-batches the update's temporaries (the attention scores of 8 rows x
-  8,192 tokens per chip) exceed the HBM.
-- v4 (32 GiB): does not fit as given, on either side (the sampler's parameters, the 64 rows'
-  8,192-slot caches and the train state alone are 32.2 of the 33.0 GB the compiler plans with).
-  It fits (train 26.7 GB, sample 26.2 GB) with ``rl.accumulation_steps=16``,
+- v5p (95 GB HBM): fits as given: train 61.3 GB, sample 36.7 GB per chip (the targets: train
+  <= 0.8 x HBM = 76 GB, sampling <= 40 GB). ``model.remat=full`` keeps only each block's input
+  for the backward (about one more forward of compute): with the default ``dots_no_batch`` the
+  train step needs 82.9 GB (temporaries 70.6), with 8 micro-batches instead of 4 the compiler's
+  choice gets worse (152 GB of temporaries). Decode holds one KV cache (19.9 GB) plus 4.5 GB of
+  temporaries: dot_product_attention's caches are [N, S, K, F] (``models/kv_cache.py``); in the
+  CPU layout the compiler kept a second cache across the decode loop (23.2 GB of temporaries).
+- v4 (32 GiB): does not fit at this workload. Per host of 4 chips, the 64 rows' 8,192-slot
+  caches (77 GB), the sampler's float32 parameter copy (32.8 GB) and the train state (16.4 GB)
+  alone exceed the 4 x 30.75 GB the compiler plans with, however the host's chips split them; a
+  bfloat16 sampler copy (not built) would bring them to about 110 GB. It fits (train 26.7 GB,
+  sample 26.2 GB, before the cache layout above) with ``rl.accumulation_steps=16``,
   ``model.remat=full``, ``sampling.cache_len=4096`` and ``rl.prompts_per_step=32``: shorter
   conversations and half the rows per host.
 
@@ -60,6 +66,7 @@ def get_config(arg=None):
   c.model.init.preset = ""  # weights and tokenizer from the checkpoint directory
   c.model.compute_dtype = "bfloat16"
   c.model.attention = "auto"  # dot_product_attention on TPU
+  c.model.remat = "full"  # the train step within 0.8 x a v5p chip's HBM (the docstring)
   c.mesh.data = -1
   c.mesh.fsdp = 8
   c.mesh.tensor = 4
