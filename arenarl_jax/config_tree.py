@@ -106,6 +106,9 @@ def make_base_config() -> ml_collections.ConfigDict:
       max_new_tokens=64,  # per assistant turn
       max_turns=2,  # tool turns before the forced final answer
       cache_len=1024,  # static KV-cache length (tokens per row)
+      # The token lengths prompts and appended chunks (tool results) are padded to, one compiled
+      # program each; () = the powers of two up to cache_len (sampling/buckets.py).
+      prompt_buckets=(),
   )
   c.rollout = dict(  # arenarl_jax/rollout/agent_loop.py; the per-turn limit is sampling.max_new_tokens
       max_total_tokens=0,  # a trajectory's whole sequence (prompt included); 0 = sampling.cache_len

@@ -263,9 +263,9 @@ def main(argv=None):
                       help=f"an unpacked libtpu wheel (default: ${LIBTPU_ENV})")
   parser.add_argument("--target", default="auto", choices=("auto", "cpu"),
                       help="auto: the TPU when libtpu is found, else fake CPU devices")
-  parser.add_argument("--prompt_len", type=int, default=2048,
-                      help="prefill's prompt bucket (a travel prompt with full schemas: ~1k "
-                      "tokens, padded to 2,048)")
+  parser.add_argument("--prompt_len", type=int, default=0,
+                      help="prefill's prompt bucket; 0 = the config's largest "
+                      "(sampling.prompt_buckets: the longest prompt the sampler takes)")
   parser.add_argument("--train_tokens", type=int, default=0,
                       help="tokens per training row (0: sampling.cache_len, the longest)")
   parser.add_argument("--set", action="append", default=[],

@@ -9,7 +9,8 @@ programs a pod run spends its memory in, each on the mesh it runs on:
 - ``prefill`` and ``decode`` (``sampling/programs.py``) on ONE host's sampling mesh
   (``sampling/layout.py``: the host's devices as (data, 1, tensor), parameters tensor-parallel,
   rows over 'data'), at that host's rows: prompts_per_step / hosts prompts x group_size.
-  Prefill runs at a ``prompt_len``-token prompt bucket into row buffers of the sampler's first
+  Prefill runs at a ``prompt_len``-token prompt bucket (0: the config's largest,
+  ``sampling.prompt_buckets``, the longest prompt the sampler takes) into row buffers of the sampler's first
   cache size (``Sampler.prefill`` with no reserve); decode runs over the largest cache a row can
   reach (``sampling.cache_len`` slots after the shared prompt), donating its state as the
   sampler does.
@@ -43,7 +44,7 @@ from arenarl_jax.models.config import get_preset
 from arenarl_jax.models.transformer import set_attention
 from arenarl_jax.rl import batch as batch_lib
 from arenarl_jax.rl import loop
-from arenarl_jax.sampling import layout, programs
+from arenarl_jax.sampling import layout, policy_sampler, programs
 from arenarl_jax.sampling.buckets import bucket_length, cache_size_ladder
 from arenarl_jax.sampling.settings import SamplingSettings
 from arenarl_jax.trainer import TrainState
@@ -235,6 +236,8 @@ def plan(spec: dict[str, Any]) -> dict[str, Any]:
   if rl.prompts_per_step % hosts:
     raise ValueError(f"rl.prompts_per_step={rl.prompts_per_step} does not split over {hosts} hosts")
   rows = train_rows(config, hosts, train_mesh)
+  # Prefill at the longest prompt the sampler takes: the config's largest prompt bucket.
+  spec = dict(spec, prompt_len=spec.get("prompt_len") or policy_sampler.prompt_buckets(config)[-1])
   tokens = batch_lib.bucket_length(spec.get("train_tokens") or s.cache_len, rl.bucket)
   prompts = rl.prompts_per_step // hosts
   specs = layout.sampling_specs(params, smesh)

@@ -95,6 +95,10 @@ def get_config(arg=None):
   c.sampling.max_new_tokens = 1024
   c.sampling.max_turns = 6
   c.sampling.cache_len = 8192
+  # A travel prompt with full schemas is ~1k tokens and a tool result at most
+  # rollout.max_observation_tokens (512): prompts and chunks pad to these (prefill is planned at
+  # the largest, benchmarks/pod_plan.py).
+  c.sampling.prompt_buckets = (256, 512, 1024, 2048, 4096)
   c.rl.prompts_per_step = 64
   c.rl.steps = 300
   c.rl.minibatches_per_rollout = 4
@@ -132,6 +136,7 @@ def get_config(arg=None):
     c.sampling.max_new_tokens = 8
     c.sampling.max_turns = 1
     c.sampling.cache_len = 2048
+    c.sampling.prompt_buckets = (256, 512, 1024, 2048)
     c.rl.prompts_per_step = 2
     c.rl.steps = 1
     c.rl.minibatches_per_rollout = 1

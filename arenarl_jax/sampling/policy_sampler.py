@@ -7,6 +7,7 @@ import ml_collections
 from flax import nnx
 
 from arenarl_jax import sharding
+from arenarl_jax.sampling.buckets import power_of_two_buckets
 from arenarl_jax.sampling.layout import SamplingLayout
 from arenarl_jax.sampling.sampler import Sampler, SamplingSettings
 
@@ -14,10 +15,11 @@ from arenarl_jax.sampling.sampler import Sampler, SamplingSettings
 class PolicySampler(Sampler):
   """A ``Sampler`` on this host's sampling mesh that takes parameters in any layout."""
 
-  def __init__(self, model, *, cache_len: int, layout: SamplingLayout):
+  def __init__(self, model, *, cache_len: int, layout: SamplingLayout,
+               buckets: tuple[int, ...] | None = None):
     graphdef, params = nnx.split(model)
     super().__init__(nnx.merge(graphdef, self._placed(layout, nnx.to_pure_dict(params))),
-                     cache_len=cache_len, mesh=layout.mesh)
+                     cache_len=cache_len, buckets=buckets, mesh=layout.mesh)
     self.layout = layout
 
   @staticmethod
@@ -32,9 +34,27 @@ class PolicySampler(Sampler):
 def make_sampler(config: ml_collections.ConfigDict, model) -> PolicySampler:
   """The policy's sampler on this host's devices of the run's mesh (``config.mesh``), in the
   sampling layout: rows over 'data', heads and MLP over 'tensor'. It starts on ``model``'s
-  parameters; ``set_policy`` points it at others."""
+  parameters; ``set_policy`` points it at others. Prompts and appended chunks are padded to
+  ``sampling.prompt_buckets`` (``prompt_buckets``)."""
   return PolicySampler(model, cache_len=config.sampling.cache_len,
-                       layout=SamplingLayout(sharding.make_mesh(**config.mesh)))
+                       layout=SamplingLayout(sharding.make_mesh(**config.mesh)),
+                       buckets=prompt_buckets(config))
+
+
+def prompt_buckets(config: ml_collections.ConfigDict) -> tuple[int, ...]:
+  """``sampling.prompt_buckets`` checked (positive, ascending, within ``sampling.cache_len``),
+  or the powers of two up to ``sampling.cache_len`` when it is empty."""
+  s = config.sampling
+  declared = tuple(int(b) for b in s.prompt_buckets)
+  if not declared:
+    return power_of_two_buckets(int(s.cache_len))
+  if any(b <= 0 for b in declared) or list(declared) != sorted(set(declared)):
+    raise ValueError(f"sampling.prompt_buckets={declared}: positive token lengths, ascending, "
+                     "without repeats")
+  if declared[-1] > int(s.cache_len):
+    raise ValueError(f"sampling.prompt_buckets: {declared[-1]} is longer than "
+                     f"sampling.cache_len={s.cache_len}")
+  return declared
 
 
 def sampling_settings(config: ml_collections.ConfigDict, tokenizer) -> SamplingSettings:

@@ -113,3 +113,17 @@ def test_sampling_in_the_mesh_equals_one_device(mesh, model, train_params, singl
   heads_split = mesh["tensor"] > 1 and CFG.n_kv_heads % mesh["tensor"] == 0
   want = ("data" if mesh["data"] > 1 else None, "tensor" if heads_split else None)
   assert (tuple(k.sharding.spec) + (None, None))[:2] == want
+
+
+def test_prompt_buckets_are_checked_and_default_to_powers_of_two():
+  from arenarl_jax import config_tree  # pylint: disable=g-import-not-at-top
+  from arenarl_jax.sampling import policy_sampler  # pylint: disable=g-import-not-at-top
+  c = config_tree.make_base_config()
+  c.sampling.cache_len = 256
+  assert policy_sampler.prompt_buckets(c) == (16, 32, 64, 128, 256)
+  c.sampling.prompt_buckets = (64, 192)
+  assert policy_sampler.prompt_buckets(c) == (64, 192)
+  for bad, match in (((192, 64), "ascending"), ((0, 64), "positive"), ((64, 512), "longer than")):
+    c.sampling.prompt_buckets = bad
+    with pytest.raises(ValueError, match=match):
+      policy_sampler.prompt_buckets(c)
