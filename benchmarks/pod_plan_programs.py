@@ -182,8 +182,10 @@ def compile_sampling(config, graphdef, params, mesh: Mesh, prompts: int,
   s = config.sampling
   g, cache_len = s.group_size, s.cache_len
   specs = layout.sampling_specs(params, mesh)
-  sp = jax.tree.map(lambda x, spec: jax.ShapeDtypeStruct(x.shape, x.dtype,
-                                                         sharding=NamedSharding(mesh, spec)),
+  # The sampler's copy as make_sampler keeps it (bfloat16 under bfloat16 compute).
+  narrow = policy_sampler.sampling_dtype(nnx.merge(graphdef, nnx.State(params)).cfg)
+  sp = jax.tree.map(lambda x, spec: jax.ShapeDtypeStruct(
+      x.shape, layout.copy_dtype(x.dtype, narrow), sharding=NamedSharding(mesh, spec)),
                     params, specs, is_leaf=lambda x: isinstance(x, jax.ShapeDtypeStruct))
   sgraph, sparams = nnx.split(nnx.merge(graphdef, nnx.State(sp)))
   whole = NamedSharding(mesh, P())

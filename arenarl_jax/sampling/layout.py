@@ -18,6 +18,12 @@ The move is one jitted program (``SamplingLayout.place``): from the training lay
 sampling layout expressed on the source arrays' own mesh (an all-gather over 'fsdp' and 'data',
 collectives only, nothing through the host), then each host's shards are rewrapped, without a
 copy, as arrays of its sampling mesh. Both meshes hold a device at the same 'tensor' index.
+
+The sampler's copy may be narrower than the master parameters (``SamplingLayout(dtype=...)``):
+a bfloat16-compute model casts every float32 weight to bfloat16 at use anyway, so the sampler
+holds them in bfloat16 (cast in the same program as the move): half the bytes on every chip
+while the update runs beside it, half the weight bytes each decode step reads, and the same
+samples (the values a float32 copy gives after the cast at use).
 """
 from __future__ import annotations
 
@@ -55,12 +61,22 @@ def sampling_specs(params, mesh: Mesh):
       lambda path, x: sharding.spec_for(sharding.path_str(path), np.shape(x), mesh), params)
 
 
+def copy_dtype(dtype, narrow):
+  """The dtype the sampling copy holds a ``dtype`` parameter in: ``narrow`` for floating ones
+  when it is set, else ``dtype``."""
+  if narrow is None or not jax.numpy.issubdtype(dtype, jax.numpy.floating):
+    return jax.numpy.dtype(dtype)
+  return jax.numpy.dtype(narrow)
+
+
 class SamplingLayout:
   """The sampling mesh of one host and the resharding into it (one compiled program per set of
   source shardings: once per run)."""
 
-  def __init__(self, train_mesh: Mesh):
+  def __init__(self, train_mesh: Mesh, dtype=None):
     self.mesh = sampling_mesh(train_mesh)
+    # The floating parameters' dtype in the sampling copy (None: as they come).
+    self.dtype = None if dtype is None else jax.numpy.dtype(dtype)
     self._specs = {}  # (treedef, shapes) -> each leaf's spec: the rules run once per run
     self._moves = {}
 
@@ -84,11 +100,15 @@ class SamplingLayout:
     key = (source, treedef, specs)
     if key not in self._moves:
       out = [NamedSharding(source, spec) for spec in specs]
-      self._moves[key] = jax.jit(lambda xs: xs, out_shardings=out)
+      self._moves[key] = jax.jit(lambda xs: [self.cast(x) for x in xs], out_shardings=out)
     moved = self._moves[key](leaves)
     if source is not self.mesh:
       moved = [self._rewrap(x, spec) for x, spec in zip(moved, specs)]
     return jax.tree.unflatten(treedef, moved)
+
+  def cast(self, x):
+    """``x`` as the sampling copy holds it (``copy_dtype``)."""
+    return x.astype(copy_dtype(x.dtype, self.dtype))
 
   def _rewrap(self, x: jax.Array, spec) -> jax.Array:
     """This host's shards of ``x`` (already laid out as ``spec`` on the source mesh) as one

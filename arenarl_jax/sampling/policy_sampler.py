@@ -3,6 +3,7 @@ this host's sampling mesh (``sampling/layout.py``) and pointed at the train stat
 parameters by one jitted resharding (device to device, never through the host)."""
 from __future__ import annotations
 
+import jax.numpy as jnp
 import ml_collections
 from flax import nnx
 
@@ -35,10 +36,20 @@ def make_sampler(config: ml_collections.ConfigDict, model) -> PolicySampler:
   """The policy's sampler on this host's devices of the run's mesh (``config.mesh``), in the
   sampling layout: rows over 'data', heads and MLP over 'tensor'. It starts on ``model``'s
   parameters; ``set_policy`` points it at others. Prompts and appended chunks are padded to
-  ``sampling.prompt_buckets`` (``prompt_buckets``)."""
+  ``sampling.prompt_buckets`` (``prompt_buckets``). A model computing in a narrower dtype than
+  its parameters (bfloat16 over float32 masters) samples from a copy in that dtype
+  (``sampling/layout.py``)."""
   return PolicySampler(model, cache_len=config.sampling.cache_len,
-                       layout=SamplingLayout(sharding.make_mesh(**config.mesh)),
+                       layout=SamplingLayout(sharding.make_mesh(**config.mesh),
+                                             dtype=sampling_dtype(model.cfg)),
                        buckets=prompt_buckets(config))
+
+
+def sampling_dtype(cfg):
+  """The dtype of the sampler's parameter copy: the compute dtype where it is narrower than the
+  parameters' (the weights are cast to it at use anyway), else None (as they are)."""
+  compute, params = jnp.dtype(cfg.act_dtype), jnp.dtype(cfg.dtype)
+  return compute if compute.itemsize < params.itemsize else None
 
 
 def prompt_buckets(config: ml_collections.ConfigDict) -> tuple[int, ...]:

@@ -25,7 +25,8 @@ TRAIN_MESH = dict(data=2, fsdp=2, tensor=2)
 
 
 def config(**mesh):
-  return ml_collections.ConfigDict({"mesh": mesh, "sampling": {"cache_len": 32}})
+  return ml_collections.ConfigDict({"mesh": mesh,
+                                    "sampling": {"cache_len": 32, "prompt_buckets": ()}})
 
 
 @pytest.fixture(scope="module")
@@ -127,3 +128,24 @@ def test_prompt_buckets_are_checked_and_default_to_powers_of_two():
     c.sampling.prompt_buckets = bad
     with pytest.raises(ValueError, match=match):
       policy_sampler.prompt_buckets(c)
+
+
+def test_a_bfloat16_model_samples_from_a_bfloat16_copy_with_the_same_tokens(model):
+  """Under bfloat16 compute the sampler's copy is bfloat16 (half the bytes) and samples exactly
+  what the float32 masters give, since every weight is cast to bfloat16 at use either way."""
+  half_cfg = dataclasses.replace(CFG, compute_dtype="bfloat16")
+  half = make_model(half_cfg, seed=3)
+  nnx.update(half, nnx.state(model))  # the same float32 masters
+  assert policy_sampler.sampling_dtype(half_cfg) == np.dtype("bfloat16")
+  assert policy_sampler.sampling_dtype(CFG) is None
+  sampler = policy_sampler.make_sampler(config(**TRAIN_MESH), half)
+  leaves = jax.tree.leaves(nnx.to_pure_dict(sampler.params))
+  assert {str(x.dtype) for x in leaves} == {"bfloat16"}
+  sampler.set_policy(nnx.to_pure_dict(nnx.state(half)))
+  assert {str(x.dtype) for x in jax.tree.leaves(nnx.to_pure_dict(sampler.params))} == {"bfloat16"}
+  out, _ = sampler.sample(PROMPTS, group_size=2, settings=GREEDY, key=jax.random.key(0))
+  masters = Sampler(half, cache_len=32)
+  want, _ = masters.sample(PROMPTS, group_size=2, settings=GREEDY, key=jax.random.key(0))
+  np.testing.assert_array_equal(np.asarray(out.tokens_NT)[:6], np.asarray(want.tokens_NT)[:6])
+  np.testing.assert_allclose(np.asarray(out.logp_NT)[:6], np.asarray(want.logp_NT)[:6],
+                             atol=2e-2, rtol=0)
