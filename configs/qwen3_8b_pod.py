@@ -15,22 +15,21 @@ host's 4 chips, its rows over the rest), so no chip holds a full parameter copy.
 
 Memory per chip (``benchmarks/pod_plan.py``: the train step, prefill and decode compiled ahead
 of time for the TPU topology; numbers and method in benchmarks/README.md, "Pod plan"): a train
-minibatch is 128 rows x 8,192 tokens, a host samples 64 rows with 8,192-token caches. The
-parameters take 1.03 GB per chip in the training layout, 8.19 GB in the sampling layout.
-- v5p (95 GB HBM): fits as given: train 61.3 GB, sample 36.7 GB per chip (the targets: train
+minibatch is 128 rows x 8,192 tokens, a host samples 64 rows with 8,192-slot caches after
+prompts of up to 4,096 tokens (``sampling.prompt_buckets``). The parameters take 1.03 GB per chip
+in the training layout and 4.10 GB in the sampling layout (the sampler's copy is bfloat16).
+- v5p (95 GB HBM): fits as given: train 57.2 GB, sample 30.5 GB per chip (the targets: train
   <= 0.8 x HBM = 76 GB, sampling <= 40 GB). ``model.remat=full`` keeps only each block's input
   for the backward (about one more forward of compute): with the default ``dots_no_batch`` the
-  train step needs 82.9 GB (temporaries 70.6), with 8 micro-batches instead of 4 the compiler's
-  choice gets worse (152 GB of temporaries). Decode holds one KV cache (19.9 GB) plus 4.5 GB of
+  train step needed 82.9 GB (temporaries 70.6); 8 micro-batches instead of 4 made the
+  compiler's choices worse (152 GB of temporaries). Decode holds one KV cache plus 1.7 GB of
   temporaries: dot_product_attention's caches are [N, S, K, F] (``models/kv_cache.py``); in the
   CPU layout the compiler kept a second cache across the decode loop (23.2 GB of temporaries).
-- v4 (32 GiB): does not fit at this workload. Per host of 4 chips, the 64 rows' 8,192-slot
-  caches (77 GB), the sampler's float32 parameter copy (32.8 GB) and the train state (16.4 GB)
-  alone exceed the 4 x 30.75 GB the compiler plans with, however the host's chips split them; a
-  bfloat16 sampler copy (not built) would bring them to about 110 GB. It fits (train 26.7 GB,
-  sample 26.2 GB, before the cache layout above) with ``rl.accumulation_steps=16``,
-  ``model.remat=full``, ``sampling.cache_len=4096`` and ``rl.prompts_per_step=32``: shorter
-  conversations and half the rows per host.
+- v4 (32 GiB): the sampling side fits (30.5 of the 33.0 GB the compiler plans with); the train
+  step does not at this workload (46.8 GiB of temporaries with 4 micro-batches and
+  ``model.remat=full``). It fits (train 26.7 GB, sample 26.2 GB, with the earlier layout) with
+  ``rl.accumulation_steps=16``, ``model.remat=full``, ``sampling.cache_len=4096`` and
+  ``rl.prompts_per_step=32``: shorter conversations and half the rows per host.
 
 The judge is an OpenAI-compatible server (vLLM, SGLang, llama.cpp, a hosted API) at
 ``judge_url`` serving ``judge_model``; the API key is read from the environment variable named
