@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import json
 import os
-from typing import Any, Mapping, Sequence
+from typing import Any, Sequence
 
 import ml_collections
 
@@ -67,17 +67,7 @@ def read_tree(workdir: str) -> dict[str, Any]:
 def read(workdir: str) -> ml_collections.ConfigDict:
   """The run's config: today's defaults with ``<workdir>/config.json``'s keys on top, locked."""
   config = config_tree.make_base_config()
-  config.update_from_flattened_dict(flatten(read_tree(workdir)))
+  config.update_from_flattened_dict(config_tree.flat(read_tree(workdir)))
   config.lock()
   return config
 
-
-def flatten(tree: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
-  """A config tree -> ``{"a.b.c": value}``."""
-  out = {}
-  for key, value in tree.items():
-    if isinstance(value, Mapping):
-      out.update(flatten(value, f"{prefix}{key}."))
-    else:
-      out[f"{prefix}{key}"] = value
-  return out

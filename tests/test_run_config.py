@@ -54,6 +54,9 @@ def test_a_missing_config_names_the_file(tmp_path):
     run_config.read(str(tmp_path))
 
 
-def test_flatten():
-  assert run_config.flatten({"a": {"b": 1, "c": {"d": "x"}}, "e": [1]}) == {
-      "a.b": 1, "a.c.d": "x", "e": [1]}
+def test_flat_is_the_one_flattening():
+  """``config_tree.flat`` reads a saved tree back (tuples as JSON's lists, keys sorted)."""
+  assert not hasattr(run_config, "flatten")
+  assert config_tree.flat({"e": (1, 2), "a": {"c": {"d": "x"}, "b": 1}}) == {
+      "a.b": 1, "a.c.d": "x", "e": [1, 2]}
+  assert list(config_tree.flat({"b": 1, "a": 2})) == ["a", "b"]

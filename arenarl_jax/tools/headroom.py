@@ -43,7 +43,7 @@ from typing import Any, Mapping, Sequence
 
 import numpy as np
 
-from arenarl_jax import run_config, types
+from arenarl_jax import config_tree, run_config, types
 from arenarl_jax.eval import bootstrap
 from arenarl_jax.tools import reward_alignment
 
@@ -135,7 +135,6 @@ def verify_groups(env: Any, rows: Sequence[Mapping[str, Any]]
 def load_config(workdir: str, spec: str):
   """``--config``'s file (as ``main`` loads it), else the run's config (``run_config.read``:
   its ``config.json`` over today's defaults), else the defaults."""
-  from arenarl_jax import config_tree  # pylint: disable=g-import-not-at-top
   if spec:
     return run_config.load(spec)
   return run_config.read(workdir) if workdir else config_tree.make_base_config()
@@ -144,7 +143,7 @@ def load_config(workdir: str, spec: str):
 def set_key(config: Any, item: str) -> None:
   """Applies ``KEY=VALUE`` (``KEY`` a dotted config key of a scalar; the value cast to its type)."""
   key, sep, value = item.partition("=")
-  current = run_config.flatten(config.to_dict())
+  current = config_tree.flat(config.to_dict())
   old = current.get(key)
   if not sep or not isinstance(old, (bool, int, float, str)):
     raise ValueError(f"--set {item!r}: expected KEY=VALUE with KEY a scalar config key")

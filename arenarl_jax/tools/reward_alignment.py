@@ -39,7 +39,7 @@ from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
 
-from arenarl_jax import run_config
+from arenarl_jax import config_tree, run_config
 from arenarl_jax.eval import bootstrap
 from arenarl_jax.eval import run as eval_run
 from arenarl_jax.rl import stats
@@ -116,7 +116,7 @@ def set_env_key(config: Any, item: str) -> None:
   """Applies ``KEY=VALUE`` to ``config.env`` (``KEY`` dotted below ``env``, the value cast to the
   key's type)."""
   key, sep, value = item.partition("=")
-  current = run_config.flatten(config.env.to_dict())
+  current = config_tree.flat(config.env.to_dict())
   if not sep or key not in current:
     raise ValueError(f"--set {item!r}: expected KEY=VALUE with env.KEY a config key")
   config.update_from_flattened_dict({f"env.{key}": type(current[key])(value)})
