@@ -17,8 +17,8 @@ and the read of a 2 GiB bf16 array, medians of repeats. (3) Per model, with
     matmul parameters) per token + the causal attention products;
   sampler: ``Sampler.sample`` (prefill + decode, EOS ignored) of R rows; FLOPs = 2 x weights per
     prompt and generated token (decode is memory-bound: this fraction is expected to be small);
-  decode step: seconds per generated token (two runs of N and 2N new tokens, differenced), and
-    its fraction of the read bandwidth: the bytes a step must read (every weight and every
+  decode step: seconds per generated token (``Sampler.decode`` timed after an untimed prefill),
+    and its fraction of the read bandwidth: the bytes a step must read (every weight and every
     layer's K and V cache in the compute dtype, ``accelerator_measure.decode_bytes``) per second;
   train: ``trainer.Trainer.step`` with the RL loss on B x T tokens, counted as 3 x the forward's
     FLOPs (the model FLOP utilisation against the measured matmul ceiling).
