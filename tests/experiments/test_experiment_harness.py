@@ -201,18 +201,16 @@ def test_the_verdict_rule(low, high, direction, expected):
 
 
 def test_a_study_checks_its_runs_before_running_anything(tmp_path):
-  (tmp_path / "study.py").write_text(
-      "from arenarl_jax.experiments import Run\n"
-      "def runs(preset):\n"
-      "  return [Run('a', 'x', 'configs/quickstart.py:smoke', 0, {'rl.stepz': 1})]\n")
-  with pytest.raises(KeyError, match="rl.stepz"):
-    study_lib.load(tmp_path, "smoke")
-  (tmp_path / "study.py").write_text(
-      "from arenarl_jax.experiments import Run\n"
-      "def runs(preset):\n"
-      "  return [Run('a', 'x', 'configs/quickstart.py:smoke', s) for s in (0, 1)]\n")
-  with pytest.raises(ValueError, match="repeats run names"):
-    study_lib.load(tmp_path, "smoke")
+  bad_runs = (("[Run('a', 'x', 'configs/quickstart.py:smoke', 0, {'rl.stepz': 1})]",
+               KeyError, "rl.stepz"),
+              ("[Run('a', 'x', 'configs/quickstart.py:smoke', s) for s in (0, 1)]",
+               ValueError, "repeats run names"))
+  for runs, error, match in bad_runs:
+    (tmp_path / "study.py").write_text(
+        "from arenarl_jax.experiments import Run\n"
+        f"def runs(preset):\n  return {runs}\n")
+    with pytest.raises(error, match=match):
+      study_lib.load(tmp_path, "smoke")
 
 
 def test_a_claim_naming_an_undefined_arm_is_an_error_and_an_unrun_one_is_not_run_yet(tmp_path):
