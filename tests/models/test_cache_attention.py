@@ -36,12 +36,13 @@ def _reference(q_NKRF, k_NKFS, v_NKSF, count_N, prefix=None):
   return attend(q_NKRF[:, None] * f ** 0.5, k_NKFS, v_NKSF, visible_N1S, prefix)[:, 0]
 
 
-# (R, F): R = 1..7 covers the kernel's groups of up to 3 queries and their remainders; F = 48 is
-# not a whole number of its 32-feature tiles (the plain loop), 128 is two tiles.
+# (R, F): R = 1..7 covers the value tiles' row groups and their remainders; F = 48 is not a whole
+# number of feature tiles at either vector width (the plain loop), 32 is one AVX2 tile or a
+# half-width AVX-512 tile, 128 is several.
 @pytest.mark.parametrize("r,f", [(3, 64), (1, 64), (2, 32), (4, 64), (7, 128), (3, 48)])
 def test_kernel_equals_xla_attention_with_a_shared_prefix(r, f):
   """6 rows = 3 prompts x G = 2; own counts and prefix lengths that are not multiples of the
-  kernel's 16-slot tiles (masked tails), a full buffer, and a row that sees only its prefix."""
+  kernel's slot tiles (16 or 32: masked tails), a full buffer, and a row that sees only its prefix."""
   q, k, v, pk, pv, _ = _problem(0, 6, 2, r, f, 40, 3, 21)
   count_N = jnp.asarray([1, 17, 40, 0, 33, 8], jnp.int32)
   lengths_B = jnp.asarray([21, 5, 16], jnp.int32)

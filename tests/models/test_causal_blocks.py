@@ -76,8 +76,8 @@ def _sequence(seed, t, f):
 @needs_kernel
 @pytest.mark.parametrize("t, f", [(37, 64), (32, 16)])
 def test_kernel_forward_equals_blocked_forward(t, f):
-  """The C++ forward (register tiles at F = 64, plain loops at F = 16; T = 37 leaves a last query
-  tile of 5 tokens) against the jnp one, on the model's layouts with no transpose around it."""
+  """The C++ forward (full register tiles at F = 64; at F = 16 half-width tiles on AVX2, plain
+  loops on AVX-512; T = 37 leaves a last query tile of 5 tokens) against the jnp one, on the model's layouts with no transpose around it."""
   q, k, v, _ = _sequence(1, t, f)
   out1, lse1 = jax.jit(kernel.causal, static_argnums=4)(q, k, v, None, 4)
   out2, lse2 = causal_blocks.blocked_forward(q, k, v, None, 1)
@@ -93,8 +93,8 @@ def test_kernel_forward_equals_blocked_forward(t, f):
 @needs_kernel
 @pytest.mark.parametrize("t, f", [(37, 64), (32, 16)])
 def test_kernel_backward_equals_blocked_backward(t, f):
-  """The C++ backward (register tiles at F = 64, the plain loops at F = 16; T = 37 leaves a last
-  query tile of 5 tokens) against the jnp one, from the same forward residuals."""
+  """The C++ backward (full register tiles at F = 64; at F = 16 half-width tiles on AVX2, plain
+  loops on AVX-512; T = 37 leaves a last query tile of 5 tokens) against the jnp one, from the same forward residuals."""
   q, k, v, dout = _sequence(3, t, f)
   out, lse = causal_blocks.blocked_forward(q, k, v, None, 1)
   got = jax.jit(kernel.causal_backward, static_argnums=7)(q, k, v, None, out, lse, dout, 1)

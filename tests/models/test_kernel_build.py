@@ -76,3 +76,66 @@ def test_a_failed_build_fails_the_kernel_tests_only_when_required(tmp_path):
   failed = _pytest_with_failing_compiler(tmp_path, require=True)
   assert failed.returncode != 0, failed.stdout[-2000:]
   assert build.REQUIRE_ENV in failed.stdout + failed.stderr
+
+
+# The kernel variants: built for the widest instruction set the CPU reports (AVX-512, else AVX2,
+# else portable loops), never -march=native; a narrower one can be forced to keep its code path
+# tested on a wider machine.
+AVX512_CPU = frozenset("fpu avx2 fma avx512f avx512bw".split())
+AVX2_CPU = frozenset("fpu avx2 fma".split())
+
+
+@pytest.mark.parametrize("flags, want", [(AVX512_CPU, ("avx512", "avx2", "portable")),
+                                         (AVX2_CPU, ("avx2", "portable")),
+                                         (frozenset({"avx2"}), ("portable",)),  # FMA missing
+                                         (frozenset(), ("portable",))])
+def test_supported_variants_follow_the_cpu_flags(flags, want):
+  assert build.supported_isas(flags) == want
+
+
+def test_the_variant_is_the_best_supported_unless_forced(monkeypatch):
+  monkeypatch.setattr(build, "cpu_flags", lambda: AVX2_CPU)
+  monkeypatch.delenv(build.ISA_ENV, raising=False)
+  assert build.isa() == "avx2"
+  monkeypatch.setenv(build.ISA_ENV, "portable")
+  assert build.isa() == "portable"
+  assert "-mavx2" not in build._flags("portable")  # pylint: disable=protected-access
+  assert "-mavx512f" in build._flags("avx512")  # pylint: disable=protected-access
+  monkeypatch.setenv(build.ISA_ENV, "avx512")
+  with pytest.raises(ValueError, match=f"{build.ISA_ENV}='avx512'.*supports only"):
+    build.isa()
+  monkeypatch.setenv(build.ISA_ENV, "sse9")
+  with pytest.raises(ValueError, match="expected auto or one of"):
+    build.isa()
+
+
+@pytest.mark.skipif(not build.registered(), reason="no C++ compiler / not a CPU backend")
+def test_the_loaded_library_is_the_variant_the_cpu_supports_best():
+  """The library answers which instruction set it was compiled as: the machine's best, unless
+  ARENARL_KERNEL_ISA narrows it."""
+  assert build.loaded_isa() == build.isa()
+  if not os.environ.get(build.ISA_ENV):
+    assert build.loaded_isa() == build.supported_isas()[0]
+
+
+# One case of each kernel's agreement with the reference: the cache attention with a shared
+# prefix (register tiles and a masked tail), the training forward and backward.
+AGREEMENT = ["tests/models/test_cache_attention.py::test_kernel_equals_xla_attention_with_a_shared_prefix[7-128]",
+             "tests/models/test_cache_attention.py::test_kernel_equals_xla_attention_with_a_shared_prefix[2-32]",
+             "tests/models/test_causal_blocks.py::test_kernel_forward_equals_blocked_forward[37-64]",
+             "tests/models/test_causal_blocks.py::test_kernel_backward_equals_blocked_backward[37-64]",
+             "tests/models/test_kernel_build.py::test_the_loaded_library_is_the_variant_the_cpu_supports_best"]
+
+
+@pytest.mark.skipif(not build.registered(), reason="no C++ compiler / not a CPU backend")
+@pytest.mark.parametrize("variant", ["avx2", "portable"])
+def test_a_narrower_variant_loads_and_agrees_with_the_reference(variant):
+  """On a wider CPU, the narrower variants still build, load as themselves and agree with the
+  reference attention (the machines here are AVX2 or AVX-512 Xeons: both paths stay tested)."""
+  if variant not in build.supported_isas() or variant == build.isa():
+    pytest.skip(f"{variant} is this machine's own variant (the suite's kernel tests cover it)")
+  env = dict(os.environ, PYTHONPATH=str(REPO), **{build.ISA_ENV: variant, build.REQUIRE_ENV: "1"})
+  done = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
+                         *AGREEMENT], cwd=REPO, env=env, capture_output=True, text=True,
+                        timeout=600, check=False)
+  assert done.returncode == 0 and f"{len(AGREEMENT)} passed" in done.stdout, done.stdout[-3000:]

@@ -41,23 +41,55 @@ HEADERS = (_HERE / "attention_tiles.h",)
 TARGET = "arenarl_cache_attention"
 CAUSAL_TARGET = "arenarl_causal_attention"
 BACKWARD_TARGET = "arenarl_causal_attention_backward"
+ISA_SYMBOL = "ArenaKernelIsa"  # const char* (): the variant the library was compiled as
 _SYMBOLS = {TARGET: "ArenaCacheAttention", CAUSAL_TARGET: "ArenaCausalAttention",
             BACKWARD_TARGET: "ArenaCausalAttentionBackward"}
 CACHE_ENV = "ARENARL_KERNEL_CACHE"
 REQUIRE_ENV = "ARENARL_REQUIRE_KERNEL"
 
 
-def _flags() -> list[str]:
+ISA_ENV = "ARENARL_KERNEL_ISA"
+# Instruction sets the kernels are built for, best first, with the compiler flags each needs and
+# the /proc/cpuinfo flags that must all be present. Never -march=native: some virtual machines
+# report instructions they cannot run, and the flags below are exactly what the tiles use.
+ISAS = {"avx512": (("-mavx512f", "-mavx2", "-mfma"), ("avx512f", "avx2", "fma")),
+        "avx2": (("-mavx2", "-mfma"), ("avx2", "fma")),
+        "portable": ((), ())}
+
+
+def cpu_flags() -> frozenset[str]:
+  """The instruction-set flags /proc/cpuinfo reports (empty where it cannot be read)."""
+  if platform.machine() not in ("x86_64", "AMD64"):
+    return frozenset()
+  try:
+    return frozenset(pathlib.Path("/proc/cpuinfo").read_text().split())
+  except OSError:
+    return frozenset()
+
+
+def supported_isas(flags: frozenset[str] | None = None) -> tuple[str, ...]:
+  """The kernel variants this CPU can run, best first (``portable`` always)."""
+  flags = cpu_flags() if flags is None else flags
+  return tuple(name for name, (_, needs) in ISAS.items() if all(f in flags for f in needs))
+
+
+def isa() -> str:
+  """The variant to build: ``$ARENARL_KERNEL_ISA`` if set (it must be one this CPU runs), else
+  the best this CPU supports. Forcing a narrower one keeps its code path tested on a wider CPU."""
+  supported = supported_isas()
+  wanted = os.environ.get(ISA_ENV, "").strip() or "auto"
+  if wanted == "auto":
+    return supported[0]
+  if wanted not in ISAS:
+    raise ValueError(f"{ISA_ENV}={wanted!r}: expected auto or one of {sorted(ISAS)}")
+  if wanted not in supported:
+    raise ValueError(f"{ISA_ENV}={wanted!r}: this CPU supports only {list(supported)}")
+  return wanted
+
+
+def _flags(variant: str) -> list[str]:
   # -ffast-math lets the softmax's exp loop use glibc's vector expf.
-  flags = ["-O3", "-ffast-math", "-fPIC", "-shared", "-std=c++17", "-w"]
-  if platform.machine() in ("x86_64", "AMD64"):
-    # Not -march=native: some virtual machines report instructions they cannot run.
-    try:
-      cpu = pathlib.Path("/proc/cpuinfo").read_text().split()
-    except OSError:
-      cpu = []
-    flags += [f"-m{x}" for x in ("avx2", "fma") if x in cpu]
-  return flags
+  return ["-O3", "-ffast-math", "-fPIC", "-shared", "-std=c++20", "-w", *ISAS[variant][0]]
 
 
 def is_private(path: pathlib.Path) -> bool:
@@ -96,8 +128,8 @@ def _private_dir(folder: pathlib.Path) -> pathlib.Path:
 
 
 def build() -> pathlib.Path:
-  """The compiled kernel library: a verified cached build of this version, else compiled now."""
-  flags = _flags()
+  """The compiled kernel library for ``isa()``: a verified cached build, else compiled now."""
+  flags = _flags(isa())
   compiler = os.environ.get("CXX", "g++")
   source = b"".join(path.read_bytes() for path in (*SOURCES, *HEADERS))
   tag = hashlib.sha256(source + " ".join([compiler, *flags, jax.__version__]).encode()).hexdigest()
@@ -129,6 +161,15 @@ def build() -> pathlib.Path:
 
 def required() -> bool:
   return os.environ.get(REQUIRE_ENV, "0") not in ("", "0")
+
+
+@functools.cache
+def loaded_isa() -> str:
+  """The instruction set the loaded kernel library was compiled for (its own answer)."""
+  lib = ctypes.cdll.LoadLibrary(str(build()))
+  fn = getattr(lib, ISA_SYMBOL)
+  fn.restype = ctypes.c_char_p
+  return fn().decode()
 
 
 @functools.cache

@@ -205,3 +205,5 @@ XLA_FFI_DEFINE_HANDLER_SYMBOL(ArenaCacheAttention, Impl,
                                   .Attr<int64_t>("group")
                                   .Attr<int64_t>("threads"));
 
+// The instruction set this library was compiled for (build.py's loaded_isa reads it back).
+extern "C" const char* ArenaKernelIsa() { return arenarl::kIsa; }
