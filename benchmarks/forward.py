@@ -118,7 +118,8 @@ def main():
   print(f"load average at end: {os.getloadavg()}")
   print(f"RESULT ours_tok_s={n_tok / t['ours']:.1f} "
         f"ratio_vs_transformers={t_torch / t['ours']:.3f} "
-        f"frac_of_ceiling={t['matmuls'] / t['ours']:.3f} peak_rss_gb={peak_rss_gb:.2f}")
+        f"frac_of_ceiling={t['matmuls'] / t['ours']:.3f} peak_rss_gb={peak_rss_gb:.2f} "
+        f"cpu={timing.cpu_kind()}")
 
 
 if __name__ == "__main__":

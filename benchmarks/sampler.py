@@ -211,7 +211,8 @@ def main():
           + ("not installed" if llama is None else f"{llama:.1f} tok/s"), flush=True)
   print(f"load average at end: {os.getloadavg()}")
   print(f"RESULT ours_tok_s={med['ours']:.1f} ratio_vs_transformers={med['ours'] / hf_tok_s:.3f} "
-        f"frac_of_ceiling={med['ours'] / med['ceiling']:.3f} peak_rss_gb={peak_rss_gb:.2f}")
+        f"frac_of_ceiling={med['ours'] / med['ceiling']:.3f} peak_rss_gb={peak_rss_gb:.2f} "
+        f"cpu={timing.cpu_kind()}")
 
 
 if __name__ == "__main__":

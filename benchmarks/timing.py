@@ -24,6 +24,13 @@ def interleaved_medians(runs: dict, repeats: int) -> tuple[dict, dict]:
   return {name: statistics.median(ts) for name, ts in times.items()}, times
 
 
+def cpu_kind() -> str:
+  """The instruction sets behind a row, for the RESULT line's ``cpu=`` key: the CPU kernels'
+  variant (``avx512``, ``avx2``, ``portable``), ``+amx`` where the CPU has AMX tiles."""
+  from arenarl_jax.models.cpu import build  # pylint: disable=g-import-not-at-top
+  return build.supported_isas()[0] + ("+amx" if "amx_tile" in build.cpu_flags() else "")
+
+
 def peak_rss_gb() -> float:
   """This process's peak resident memory so far (Linux reports ru_maxrss in KiB)."""
   return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20

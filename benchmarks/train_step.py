@@ -267,7 +267,7 @@ def main():
   print(f"load average at end: {os.getloadavg()}")
   print(f"RESULT mfu={mfu:.3f} hfu={hfu:.3f} ratio_vs_torch={ratio:.3f} "
         f"peak_rss_gb={peak_rss_gb:.2f} xla_temp_gb={mem['temp']:.2f} xla_args_gb={mem['args']:.2f} "
-        f"remat={args.remat}")
+        f"remat={args.remat} cpu={timing.cpu_kind()}")
 
 
 if __name__ == "__main__":
