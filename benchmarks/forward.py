@@ -1,6 +1,6 @@
 """Teacher-forced log-prob pass on SmolLM2-135M: ours (jit) vs transformers (torch, 1/2 threads).
 
-  .venv/bin/python benchmarks/forward.py [--batch 8] [--tokens 256] [--repeats 3]
+  .venv/bin/python benchmarks/forward.py [--batch 8] [--tokens 256] [--repeats 3] [--bf16]
 
 Same random token ids for both; each side computes log p(token t | tokens < t) for every row.
 The ceiling is this pass's matmuls alone (q/k/v/o, gate/up/down in all layers, plus the head), at
@@ -32,6 +32,12 @@ def ours_fn(model, tokens_NT, chunk: int):
   run = jax.jit(lambda state, tokens: token_logprobs(nnx.merge(graphdef, state), tokens,
                                                      chunk=chunk))
   return lambda: run(state, tokens_NT).block_until_ready()
+
+
+def _logprobs(model, tokens_NT, chunk: int):
+  graphdef, state = nnx.split(model)
+  return jax.jit(lambda state, tokens: token_logprobs(nnx.merge(graphdef, state), tokens,
+                                                      chunk=chunk))(state, jnp.asarray(tokens_NT))
 
 
 def matmul_ceiling_fn(model, rows: int):
@@ -83,6 +89,9 @@ def main():
   parser.add_argument("--repeats", type=int, default=3)
   parser.add_argument("--chunk", type=int, default=64, help="token_logprobs chunk over T")
   parser.add_argument("--attention", default="auto", help="model.attention")
+  parser.add_argument("--bf16", action="store_true",
+                      help="also time the pass with model.compute_dtype=bfloat16 (AMX where the "
+                           "CPU has it) and measure its log-probs against float32's")
   args = parser.parse_args()
   n_tok = args.batch * args.tokens
   print(f"load average at start: {os.getloadavg()}; devices: {jax.devices()[:1]}")
@@ -106,6 +115,17 @@ def main():
     export_hf_dir(model, cfg, hf_dir)
     torch_run = torch_fn(hf_dir, tokens)
   runs = {"ours": ours, "matmuls": ceiling}
+  bf16_keys = ""
+  if args.bf16:  # the same parameters, cast to bfloat16 at use; float32 log-probs out
+    _, model16 = load_model("smollm2", attention=args.attention, compute_dtype="bfloat16")
+    runs["ours_bf16"] = ours_fn(model16, jnp.asarray(tokens), args.chunk)
+    runs["ours_bf16"]()
+    want = np.asarray(_logprobs(model, tokens, args.chunk), np.float64)
+    got = np.asarray(_logprobs(model16, tokens, args.chunk), np.float64)
+    diff = np.abs(got - want)
+    print(f"bfloat16 log-probs vs float32: max |diff| {diff.max():.4f}, mean {diff.mean():.5f} "
+          f"(nats per token); mean log-prob {want.mean():.4f} vs {got.mean():.4f}")
+    bf16_keys = f" bf16_logp_max_abs_diff={diff.max():.4f} bf16_logp_mean_abs_diff={diff.mean():.5f}"
   for threads in (1, 2):
     runs[f"torch_{threads}t"] = functools.partial(torch_run, threads)
     runs[f"torch_{threads}t"]()
@@ -119,7 +139,9 @@ def main():
   print(f"RESULT ours_tok_s={n_tok / t['ours']:.1f} "
         f"ratio_vs_transformers={t_torch / t['ours']:.3f} "
         f"frac_of_ceiling={t['matmuls'] / t['ours']:.3f} peak_rss_gb={peak_rss_gb:.2f} "
-        f"cpu={timing.cpu_kind()}")
+        f"cpu={timing.cpu_kind()}"
+        + (f" bf16_tok_s={n_tok / t['ours_bf16']:.1f} bf16_speedup={t['ours'] / t['ours_bf16']:.3f}"
+           f"{bf16_keys}" if args.bf16 else ""))
 
 
 if __name__ == "__main__":
