@@ -8,7 +8,7 @@ from arenarl_jax import config_tree
 from arenarl_jax.envs import settings as env_settings
 from arenarl_jax.eval import settings as eval_settings
 from arenarl_jax.judges import settings as judge_settings
-from arenarl_jax.settings import defaults, section_dict, settings_from_config
+from arenarl_jax.settings import defaults, outside, section_dict, settings_from_config
 
 
 @dataclasses.dataclass(frozen=True)
@@ -108,3 +108,43 @@ def test_settings_classes_are_named_settings():
                  for node in ast.walk(ast.parse(p.read_text()))
                  if isinstance(node, ast.ClassDef) and node.name.endswith("Config"))
   assert named == ["data/builder.py:SourceConfig", "models/config.py:ModelConfig"]
+
+
+def test_every_section_the_library_reads_is_generated_from_its_class():
+  # pylint: disable=import-outside-toplevel
+  from arenarl_jax import settings
+  from arenarl_jax.data.settings import DataSettings
+  from arenarl_jax.models.settings import ModelSettings
+  from arenarl_jax.rl import settings as rl
+  from arenarl_jax.rollout import settings as rollout
+  from arenarl_jax.sft import settings as sft
+  c = config_tree.make_base_config()
+  classes = {"model": ModelSettings, "data": DataSettings,
+             "sampling": rollout.PolicySamplingSettings, "rollout": rollout.RolloutSettings,
+             "tournament": rl.TournamentSettings, "sft": sft.SftSettings,
+             "start": sft.StartSettings, "eval": eval_settings.EvalSettings,
+             "advantage": rl.AdvantageSettings, "loss": rl.LossSettings, "rl": rl.RlSettings,
+             "optim": rl.OptimSettings, "checkpoint": settings.CheckpointSettings,
+             "metrics": settings.MetricsSettings}
+  for name, cls in classes.items():
+    assert c[name].to_dict() == defaults(cls), name
+    assert cls.from_config(c[name]) == cls(), name  # and back, sub-sections included
+
+
+@dataclasses.dataclass(frozen=True)
+class _Outer:
+  size: int = 1
+  inner: _Example = _Example()  # a sub-section
+  seed: int = outside(0, "seed")  # not a key of this section
+
+
+def test_sub_sections_nest_and_outside_fields_come_only_as_extra():
+  assert defaults(_Outer) == {"size": 1, "inner": {"size": 3, "name": "a"}}
+  built = settings_from_config(_Outer, {"inner": {"size": 4}}, "outer", seed=7)
+  assert built == _Outer(inner=_Example(size=4), seed=7)
+  with pytest.raises(ValueError, match=r"outer\.inner: unknown key\(s\) \['sise'\]"):
+    settings_from_config(_Outer, {"inner": {"sise": 4}}, "outer")
+  with pytest.raises(ValueError, match=r"outer: unknown key\(s\) \['seed'\]"):
+    settings_from_config(_Outer, {"seed": 7}, "outer")
+  with pytest.raises(TypeError, match="no field"):
+    settings_from_config(_Outer, {}, "outer", sead=7)

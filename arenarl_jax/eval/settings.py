@@ -51,9 +51,9 @@ class EvalSettings:
       raise ValueError(f"eval.opponent: {REFERENCE!r} is the references' own name")
 
   @classmethod
-  def from_config(cls, config: Any) -> EvalSettings:
-    """From the ``eval`` ConfigDict (or a mapping); an unknown key is named."""
-    return settings_from_config(cls, config, "eval")
+  def from_config(cls, section: Any, **extra: Any) -> EvalSettings:
+    """From the ``eval`` section (a ConfigDict or a mapping); an unknown key is named."""
+    return settings_from_config(cls, section, "eval", **extra)
 
   def is_due(self, step: int, last_step: int) -> bool:
     """Whether to evaluate after RL step ``step`` (0 = before training) of ``last_step``."""
