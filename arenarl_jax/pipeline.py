@@ -1,9 +1,12 @@
 """The pipeline: SFT -> RL -> evaluation, each stage resumable from the workdir, and export.
 
-This is the only module that wires the stages together (``main.py`` dispatches ``--mode`` here).
-Every host runs it: process 0 builds the dataset and the tokenizer first, SFT feeds each host its
-share of the global batch, the RL loop (``rl/loop.py``) rolls out each host's share of every step's
-groups, and every host evaluates the same test tasks while process 0 writes and prints.
+This is the only module that wires the stages together (``main.py`` dispatches ``--mode`` here),
+and the door between the config and the library: it turns the config's sections into the frozen
+settings objects the stages take (``<pkg>/settings.py``) and builds the run's mesh once; no module
+below it reads the whole config. Every host runs it: process 0 builds the dataset and the
+tokenizer first, SFT feeds each host its share of the global batch, the RL loop (``rl/loop.py``)
+rolls out each host's share of every step's groups, and every host evaluates the same test tasks
+while process 0 writes and prints.
 """
 from __future__ import annotations
 
@@ -13,27 +16,119 @@ import time
 import jax
 import ml_collections
 from flax import nnx
+from jax.sharding import Mesh
 
-from arenarl_jax import checkpoint as ckpt_lib
-from arenarl_jax import curves, hosts, sharding
+from arenarl_jax import config_tree, curves, hosts, sharding
 from arenarl_jax.data import builder
+from arenarl_jax.data.settings import DataSettings
 from arenarl_jax.envs import base
 from arenarl_jax.eval import run
-from arenarl_jax.eval.compare import EvalSettings
+from arenarl_jax.eval.settings import EvalSettings
 from arenarl_jax.judges import make_judge
 from arenarl_jax.models.safetensors_io import export_hf_dir
+from arenarl_jax.models.settings import ModelSettings
 from arenarl_jax.rl import experience
 from arenarl_jax.rl import loop
+from arenarl_jax.rl.settings import (AdvantageSettings, LossSettings, OptimSettings, RlSettings,
+                                     TournamentSettings)
+from arenarl_jax.rollout.settings import PolicySamplingSettings, RolloutSettings
 from arenarl_jax.sampling.layout import sampling_mesh
+from arenarl_jax.settings import CheckpointSettings, MetricsSettings
 from arenarl_jax.sft import policy as policy_lib
 from arenarl_jax.sft import stage
 from arenarl_jax.sft import start as start_lib
+from arenarl_jax.sft.settings import SftSettings, StartSettings
 
 STAGES = ("sft", "rl", "eval")
 # --mode -> the stages it runs ("export" is ``export``).
 MODES = {"pipeline": STAGES, "sft": ("sft",), "train": ("rl",), "eval": ("eval",)}
 
 
+# ----------------------------------------------------------- the door: config -> settings
+def make_mesh(config: ml_collections.ConfigDict) -> Mesh:
+  """The run's mesh (``mesh.*``), built once and passed to every stage."""
+  return sharding.make_mesh(**config.mesh)
+
+
+def sft_settings(config: ml_collections.ConfigDict) -> SftSettings:
+  """``sft.*`` with the keys of other sections the SFT stage reads."""
+  return SftSettings.from_config(
+      config.sft, data=DataSettings.from_config(config.data),
+      logprob_chunk=config.rl.logprob_chunk, remat=config.model.remat,
+      metrics=MetricsSettings.from_config(config.metrics))
+
+
+def rl_settings(config: ml_collections.ConfigDict) -> RlSettings:
+  """``rl.*`` with the run's seed, ``model.remat``, the loss, optimizer, checkpoints, metrics."""
+  return RlSettings.from_config(
+      config.rl, seed=config.seed, remat=config.model.remat,
+      loss=LossSettings.from_config(config.loss), optim=OptimSettings.from_config(config.optim),
+      checkpoint=CheckpointSettings.from_config(config.checkpoint),
+      metrics=MetricsSettings.from_config(config.metrics))
+
+
+def advantage_settings(config: ml_collections.ConfigDict) -> AdvantageSettings:
+  """``advantage.*`` with the tournament, the control and the run's seed."""
+  return AdvantageSettings.from_config(
+      config.advantage, control=config.rl.advantage_control, seed=config.seed,
+      tournament=TournamentSettings.from_config(config.tournament))
+
+
+def rollout_settings(config: ml_collections.ConfigDict
+                     ) -> tuple[PolicySamplingSettings, RolloutSettings]:
+  """``sampling.*`` and ``rollout.*`` (whose tool turns are ``sampling.max_turns``)."""
+  sampling = PolicySamplingSettings.from_config(config.sampling)
+  return sampling, RolloutSettings.from_config(config.rollout, max_turns=sampling.max_turns)
+
+
+def dataset_path(config: ml_collections.ConfigDict) -> str:
+  """The run's built dataset (``data.*``, ``env.*``), built on first use."""
+  return stage.dataset_path(DataSettings.from_config(config.data), config.env)
+
+
+def sft_in_job(config: ml_collections.ConfigDict) -> bool:
+  """Whether this run trains its own SFT stage (not when it loads a pinned start)."""
+  return StartSettings.from_config(config.start).in_job(config.sft.steps)
+
+
+def make_policy(config: ml_collections.ConfigDict, workdir: str, env=None,
+                mesh: Mesh | None = None):
+  """The run's starting policy (``sft/policy.py``) on ``mesh`` (the config's when not given),
+  before any SFT."""
+  return policy_lib.make_policy(ModelSettings.from_config(config.model), workdir, env,
+                                mesh=mesh or make_mesh(config), schemas=config.env.schemas,
+                                start=StartSettings.from_config(config.start))
+
+
+def starting_policy(config: ml_collections.ConfigDict, workdir: str, env, mesh: Mesh):
+  """``make_policy`` with the finished SFT stage's weights when this run trains its own."""
+  policy = make_policy(config, workdir, env, mesh)
+  if sft_in_job(config):
+    params = stage.restore_params(sft_settings(config), workdir, policy, mesh)
+    policy.model = with_params(policy.model, params)
+  return policy
+
+
+def make_evaluator(config: ml_collections.ConfigDict, env, policy, workdir: str,
+                   mesh: Mesh) -> run.Evaluator:
+  """The evaluation (``eval/run.py``) as ``eval.*``, ``sampling.*`` and ``rollout.*`` say."""
+  sampling, rollout = rollout_settings(config)
+  return run.Evaluator(env, policy, workdir, settings=EvalSettings.from_config(config.eval),
+                       sampling=sampling, rollout=rollout, mesh=mesh,
+                       schemas=config.env.schemas)
+
+
+def make_experience(config: ml_collections.ConfigDict, env, policy, tasks, judge, mesh: Mesh,
+                    **kwargs) -> experience.Experience:
+  """The RL experience source (``rl/experience.py``); ``kwargs``: ``truth``, ``workdir``,
+  ``log_due``."""
+  sampling, rollout = rollout_settings(config)
+  return experience.Experience(env, policy, tasks, judge, sampling=sampling, rollout=rollout,
+                               advantage=advantage_settings(config), mesh=mesh,
+                               schemas=config.env.schemas, **kwargs)
+
+
+# ------------------------------------------------------------------------------ the stages
 def with_params(model, params):
   """``model`` (nnx) with its weights replaced by ``params`` (a pure dict; arrays kept as is)."""
   graphdef, state = nnx.split(model)
@@ -41,35 +136,36 @@ def with_params(model, params):
   return nnx.merge(graphdef, state)
 
 
-def rl_params(config, workdir: str, model):
-  """The newest RL checkpoint's parameters (pure dict), or None when there is none."""
-  checkpointer = ckpt_lib.Checkpointer(os.path.join(workdir, "checkpoints"),
-                                       every=config.checkpoint.every, keep=config.checkpoint.keep)
+def rl_params(config: ml_collections.ConfigDict, workdir: str, model, mesh: Mesh | None = None):
+  """The newest RL checkpoint's parameters (pure dict) and its step, or (None, 0) when there is
+  none; restored onto ``mesh`` (the config's when not given)."""
+  settings = rl_settings(config)
+  checkpointer = loop.make_checkpointer(settings, workdir)
   try:
     latest = checkpointer.latest_step()
     if latest is None:
       return None, 0
-    mesh = sharding.make_mesh(**config.mesh)
     graphdef, params = nnx.split(model)
     params = nnx.to_pure_dict(params)
-    trainer = loop.make_trainer(config, graphdef, params, mesh)
+    trainer = loop.make_trainer(settings, graphdef, params, mesh or make_mesh(config))
     state, loop_state = checkpointer.restore(latest, trainer.init_state(params))
     return state.params, int(loop_state["step"])
   finally:
     checkpointer.close()
 
 
-def make_training_judge(config, env):
+def make_training_judge(config: ml_collections.ConfigDict, env, mesh: Mesh | None = None):
   """``judge.*``'s judge on the environment's rubric (``judge.rubric=""``, or checked against it);
   the rubric backend reads the environment's checker, the local Flax judge runs on this host's
-  sampling mesh (each host judges its own groups, as it samples them)."""
+  sampling mesh of ``mesh`` (the config's when not given; each host judges its own groups, as
+  it samples them)."""
   extra = {}
   if config.judge.backend == "rubric":
     extra["checker"] = env.checker
   elif config.judge.backend == "verifier":
     extra["verify"] = env.verify
   elif config.judge.backend == "flax":
-    extra["mesh"] = sampling_mesh(sharding.make_mesh(**config.mesh))
+    extra["mesh"] = sampling_mesh(mesh or make_mesh(config))
   return make_judge(config.judge, env_rubric=env.rubric, **extra)
 
 
@@ -87,21 +183,24 @@ def pipeline(config: ml_collections.ConfigDict, workdir: str,
     raise ValueError(f"pipeline: unknown stage(s) {sorted(unknown)}; known: {STAGES}")
   hosts.initialize_distributed(config.distributed)
   main_process = jax.process_index() == 0
+  mesh = make_mesh(config)
   env = base.make_environment_from_config(config.env)
   t_build = time.perf_counter()
   # Process 0 builds the dataset and trains and saves the tokenizer before the others look.
-  data_path = hosts.process_0_first(lambda: stage.dataset_path(config), "dataset")
-  policy = hosts.process_0_first(lambda: policy_lib.make_policy(config, workdir, env), "policy")
+  data_path = hosts.process_0_first(lambda: dataset_path(config), "dataset")
+  policy = hosts.process_0_first(lambda: make_policy(config, workdir, env, mesh), "policy")
   times = {}
 
   t0 = time.perf_counter()
-  if start_lib.in_job(config):
+  if sft_in_job(config):
+    sft = sft_settings(config)
     if "sft" in stages:
-      sft_params, last = stage.run(config, workdir, policy, env, data_path=data_path)
+      sft_params, last = stage.run(sft, workdir, policy, env, mesh=mesh, data_path=data_path,
+                                   schemas=config.env.schemas)
       if main_process and last:
         print(f"sft: {int(config.sft.steps)} steps, final loss {last['loss']:.4f}")
     else:
-      sft_params = stage.restore_params(config, workdir, policy)
+      sft_params = stage.restore_params(sft, workdir, policy, mesh)
     policy.model = with_params(policy.model, sft_params)
   times["sft_s"] = time.perf_counter() - t0
   if stages == ("sft",):
@@ -110,9 +209,9 @@ def pipeline(config: ml_collections.ConfigDict, workdir: str,
     return None
   start_params = nnx.to_pure_dict(nnx.split(policy.model)[1])
   if config.start.build:
-    return build_start(config, workdir, env, policy, start_params, data_path, t_build)
+    return build_start(config, workdir, env, policy, start_params, data_path, t_build, mesh)
 
-  evaluator = run.Evaluator(config, env, policy, workdir) if "eval" in stages else None
+  evaluator = make_evaluator(config, env, policy, workdir, mesh) if "eval" in stages else None
   sft_rows = None
   if evaluator is not None:
     t0 = time.perf_counter()
@@ -129,8 +228,8 @@ def pipeline(config: ml_collections.ConfigDict, workdir: str,
     truth = (run.checker_judge(env) if config.judge.backend in ("rubric", "verifier")
              else None)
     eval_settings = EvalSettings.from_config(config.eval)
-    source = experience.Experience(
-        config, env, policy, tasks, make_training_judge(config, env), truth=truth,
+    source = make_experience(
+        config, env, policy, tasks, make_training_judge(config, env, mesh), mesh, truth=truth,
         workdir=workdir, log_due=lambda step: eval_settings.is_due(step, int(config.rl.steps)))
 
     def on_step(step, state, writer):
@@ -139,11 +238,12 @@ def pipeline(config: ml_collections.ConfigDict, workdir: str,
         rep = evaluator.evaluate(state.params, step, second=sft_rows)
         writer.write(step, rep.scalars())
 
-    state = loop.run(config, workdir, source, model=policy.model, on_step=on_step)
+    state = loop.run(rl_settings(config), workdir, source, mesh=mesh, model=policy.model,
+                     on_step=on_step)
     final_params, final_step = state.params, int(config.rl.steps)
     times["rl_s"] = time.perf_counter() - t0
   else:
-    final_params, final_step = rl_params(config, workdir, policy.model)
+    final_params, final_step = rl_params(config, workdir, policy.model, mesh)
     if final_params is None:
       final_params, final_step = start_params, 0
   if evaluator is None:
@@ -166,15 +266,15 @@ def pipeline(config: ml_collections.ConfigDict, workdir: str,
 
 
 def build_start(config: ml_collections.ConfigDict, workdir: str, env, policy, params,
-                data_path: str, t_build: float):
+                data_path: str, t_build: float, mesh: Mesh):
   """``start.build``: the SFT policy's greedy evaluation on ``eval.split``, then the pinned
   start's folder (``sft/start.py``) with its record; prints the table and a RESULT line."""
   repo = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
   commit, dirty = start_lib.git_state(repo)  # before the build writes into the package
-  report = run.Evaluator(config, env, policy, workdir).evaluate(params, 0)
+  report = make_evaluator(config, env, policy, workdir, mesh).evaluate(params, 0)
   if jax.process_index() != 0:
     return report
-  settings = start_lib.build_settings(config)
+  settings = start_lib.build_settings(config_tree.flat(config))
   record = {"commit": commit, "dirty": dirty, "settings": settings,
             "settings_hash": start_lib.settings_hash(settings),
             "dataset": {"name": start_lib.dataset_name(data_path),
@@ -182,7 +282,7 @@ def build_start(config: ml_collections.ConfigDict, workdir: str, env, policy, pa
             "sft": start_lib.curve_summary(os.path.join(workdir, stage.SFT_DIR)),
             "validation": start_lib.validation(report), "cpu": start_lib.cpu_kind(),
             "wall_s": round(time.perf_counter() - t_build, 1)}
-  directory = start_lib.write(start_lib.start_dir(config),
+  directory = start_lib.write(start_lib.start_dir(StartSettings.from_config(config.start)),
                               model=with_params(policy.model, hosts.host_copy(params)),
                               cfg=policy.cfg, tokenizer=policy.tokenizer, record=record)
   v = record["validation"]["overall"]
@@ -199,11 +299,10 @@ def export(config: ml_collections.ConfigDict, workdir: str, path: str = "") -> s
   """``--mode=export``: the newest RL checkpoint's policy (else the SFT one) as an HF safetensors
   directory with the run's tokenizer (default ``<workdir>/export``); returns the directory."""
   hosts.initialize_distributed(config.distributed)  # every host joins the checkpoint restore
+  mesh = make_mesh(config)
   env = base.make_environment_from_config(config.env)
-  policy = policy_lib.make_policy(config, workdir, env)
-  if start_lib.in_job(config):
-    policy.model = with_params(policy.model, stage.restore_params(config, workdir, policy))
-  params, step = rl_params(config, workdir, policy.model)
+  policy = starting_policy(config, workdir, env, mesh)
+  params, step = rl_params(config, workdir, policy.model, mesh)
   if params is None:
     params = nnx.to_pure_dict(nnx.split(policy.model)[1])
   # On several hosts the parameters are spread over them: every host gathers its own copy.

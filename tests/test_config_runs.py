@@ -16,6 +16,7 @@ import pytest
 from flax import nnx
 from jax.sharding import AbstractMesh
 
+from arenarl_jax.models.settings import ModelSettings
 from arenarl_jax.sft import policy as policy_lib
 from arenarl_jax import sharding
 from arenarl_jax import pipeline
@@ -106,7 +107,7 @@ def test_smollm2_travel_loads_the_real_checkpoint_through_the_config(tmp_path, m
     # A mesh that splits the parameters (the config's own puts every fake device on 'data' and
     # would hold 8 replicas of all 30 layers before the cut).
     config.mesh.update(dict(data=1, fsdp=2, tensor=4))
-  policy = policy_lib.make_policy(config, str(tmp_path))
+  policy = pipeline.make_policy(config, str(tmp_path))
   assert policy.cfg.n_layers == 2 and policy.cfg.vocab_size == 49_152
   # Converted now (a fresh parameter cache): only the 2 kept blocks of 30 were read.
   assert len(stores) == 1 and stores[0].bytes_read == 4 * policy.cfg.num_params()
@@ -125,7 +126,7 @@ def test_smollm2_travel_loads_the_real_checkpoint_through_the_config(tmp_path, m
   with config.unlocked():
     config.model.keep_layers = 31
   with pytest.raises(ValueError, match="model.keep_layers=31"):
-    policy_lib.make_policy(config, str(tmp_path))
+    pipeline.make_policy(config, str(tmp_path))
 
 
 def test_smollm2_travel_smoke_pipeline(tmp_path, data_dir, capsys):
@@ -135,7 +136,7 @@ def test_smollm2_travel_smoke_pipeline(tmp_path, data_dir, capsys):
   assert {"win_rate_vs_sft", "win_rate_vs_reference", "valid_rate_start", "solved_rate",
           "solved_diff", "met_diff_ci_low", "limit_stop_rate"} <= set(result)
   assert result["test_tasks"] == 5
-  tok = policy_lib.tokenizer_for(config, str(tmp_path))
+  tok = policy_lib.tokenizer_for(ModelSettings.from_config(config.model), str(tmp_path))
   assert tok.vocab_size == 49_152  # SmolLM2's tokenizer, saved with the run
   check_run_outputs(str(tmp_path), 1)
 
@@ -220,13 +221,13 @@ def test_qwen3_pod_loading_path_reads_an_hf_dir_and_names_what_is_missing(tmp_pa
   config = qwen3_8b_pod.get_config(f"ckpt={ckpt}")
   with config.unlocked():
     config.mesh.update(pod_mesh_on(8, config))  # the pod's tensor axis, fsdp over the rest
-  policy = policy_lib.make_policy(config, str(tmp_path / "run"))
+  policy = pipeline.make_policy(config, str(tmp_path / "run"))
   assert policy.cfg.family == "qwen3" and policy.cfg.qk_norm
   assert policy.cfg.compute_dtype == "bfloat16" and policy.cfg.n_layers == 2
   assert_on_run_mesh(policy.model, config)
   missing = qwen3_8b_pod.get_config(f"ckpt={tmp_path / 'nowhere'}")
   with pytest.raises(FileNotFoundError, match="nowhere"):
-    policy_lib.make_policy(missing, str(tmp_path / "run2"))
+    pipeline.make_policy(missing, str(tmp_path / "run2"))
   monkeypatch.delenv(qwen3_8b_pod.API_KEY_ENV, raising=False)
   with pytest.raises(Exception, match=qwen3_8b_pod.API_KEY_ENV):
     pipeline.make_training_judge(config, types.SimpleNamespace(rubric="travel"))

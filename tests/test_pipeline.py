@@ -8,6 +8,8 @@ import numpy as np
 import pytest
 
 from arenarl_jax.text import messages
+from arenarl_jax import pipeline
+from arenarl_jax.models.settings import ModelSettings
 from arenarl_jax.sft import policy as policy_lib
 from arenarl_jax.text import task_tokenizer
 from arenarl_jax.envs import compact_schemas
@@ -106,16 +108,16 @@ def test_policy_from_scratch_saves_its_tokenizer(tmp_path):
   config = quickstart.get_config("smoke")
   with config.unlocked():
     config.model.init.tokenizer = "smollm2"
-  first = policy_lib.make_policy(config, str(tmp_path))
+  first = pipeline.make_policy(config, str(tmp_path))
   assert first.cfg.vocab_size == first.tokenizer.vocab_size
   assert os.path.isfile(tmp_path / "tokenizer" / "tokenizer.json")
   assert json.load(open(tmp_path / "model_config.json"))["num_hidden_layers"] == 2
   with config.unlocked():
     config.model.init.tokenizer = "no_such_tokenizer"  # ignored: the saved one is read back
-  again = policy_lib.make_policy(config, str(tmp_path))
+  again = pipeline.make_policy(config, str(tmp_path))
   assert again.tokenizer.encode("Nortor <|im_end|>") == first.tokenizer.encode("Nortor <|im_end|>")
   with pytest.raises(ValueError, match="model.init.tokenizer"):
-    policy_lib.make_tokenizer(config)
+    policy_lib.make_tokenizer(ModelSettings.from_config(config.model))
 
 
 def test_trajectory_stats_count_calls_errors_and_finishes():

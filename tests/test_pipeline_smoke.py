@@ -177,11 +177,11 @@ def _groups(path):
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory, dataset_dir):
   """Work directories of the one-process (two devices) and the two-process run."""
-  from arenarl_jax.data import builder  # pylint: disable=import-outside-toplevel
+  from arenarl_jax import pipeline  # pylint: disable=import-outside-toplevel
   tmp = tmp_path_factory.mktemp("pipelines")
   data = dataset_dir  # the run's shared datasets: built here only if no earlier test built it
   config = pipeline_run.make_config(str(data), overrides=OVERRIDES)
-  builder.build(builder.make_source_config(config), str(data))  # once, before the runs read it
+  pipeline.dataset_path(config)  # once, before the runs read it (data.dir is the shared folder)
   port = _free_port()
   logs = [tmp / "one.log", tmp / "two_0.log", tmp / "two_1.log"]
   procs = [_start(logs[0], tmp / "one", data, devices=2)]

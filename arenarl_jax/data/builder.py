@@ -21,14 +21,14 @@ import contextlib
 import hashlib
 import json
 import os
-from typing import Any, Iterable, Iterator
+from typing import Any, Iterable, Iterator, Mapping
 
-import ml_collections
 import tensorflow_datasets as tfds
 from tensorflow_datasets.core import example_serializer
 
 from arenarl_jax import cache_dirs
 from arenarl_jax.data import env_examples, importer, records
+from arenarl_jax.data.settings import DataSettings
 from arenarl_jax.envs import base
 
 SOURCES = ("env", "import")
@@ -82,13 +82,13 @@ def env_code_version(env: str) -> str:
   return h.hexdigest()
 
 
-def make_source_config(config: ml_collections.ConfigDict) -> SourceConfig:
-  """The source the run's config asks for (``data.*`` and ``env.*``)."""
-  subtasks = tuple(s.strip() for s in config.data.import_subtasks.split(",") if s.strip())
-  env_settings = base.records_settings(config.env) if config.data.source == "env" else None
-  return SourceConfig(source=config.data.source, env=config.env.name, env_seed=config.env.seed,
-                      error_rate=config.env.reference_error_rate, import_dir=config.data.import_dir,
-                      import_subtasks=subtasks, skip_bad_rows=config.data.skip_bad_rows,
+def make_source_config(data: DataSettings, env: Mapping[str, Any]) -> SourceConfig:
+  """The source a run asks for: ``data`` (``data.*``) and the ``env`` config section (its
+  name, seed, reference error rate and the settings that shape records)."""
+  env_settings = base.records_settings(env) if data.source == "env" else None
+  return SourceConfig(source=data.source, env=env["name"], env_seed=env["seed"],
+                      error_rate=env["reference_error_rate"], import_dir=data.import_dir,
+                      import_subtasks=data.subtasks, skip_bad_rows=data.skip_bad_rows,
                       env_settings=env_settings)
 
 

@@ -17,25 +17,23 @@ import os
 import sys
 from typing import Any, Sequence, TextIO
 
-import ml_collections
-
 from arenarl_jax import run_config
 from arenarl_jax.data import builder, records
+from arenarl_jax.data.settings import DataSettings
 
 COMMANDS = ("build", "show")
 
 
-def dataset_path(config: ml_collections.ConfigDict) -> str:
-  """Where the dataset the config names is (or will be) built."""
-  return str(builder.make_builder(builder.make_source_config(config),
-                                  config.data.dir or None).data_dir)
+def dataset_path(source: builder.SourceConfig, data_dir: str = "") -> str:
+  """Where the dataset of ``source`` is (or will be) built under ``data_dir`` (``data.dir``)."""
+  return str(builder.make_builder(source, data_dir or None).data_dir)
 
 
-def build(config: ml_collections.ConfigDict, *, overwrite: bool = False,
+def build(source: builder.SourceConfig, data_dir: str = "", *, overwrite: bool = False,
           out: TextIO = sys.stdout) -> str:
-  """Builds the config's dataset and prints its directory and split sizes."""
-  path = builder.build(builder.make_source_config(config), config.data.dir or None,
-                       overwrite=overwrite)
+  """Builds the dataset of ``source`` under ``data_dir`` (``data.dir``) and prints its
+  directory and split sizes."""
+  path = builder.build(source, data_dir or None, overwrite=overwrite)
   out.write(f"{path}\n")
   for split, n in builder.splits(path).items():
     out.write(f"  {split}: {n} records\n")
@@ -45,10 +43,11 @@ def build(config: ml_collections.ConfigDict, *, overwrite: bool = False,
   return path
 
 
-def show(config: ml_collections.ConfigDict, split: str, count: int, *,
+def show(path: str, split: str, count: int, *,
          out: TextIO = sys.stdout) -> list[dict[str, Any]]:
-  """Prints the first ``count`` records of ``split`` (messages and reference decoded)."""
-  src = builder.data_source(dataset_path(config), split)
+  """Prints the first ``count`` records of ``split`` of the dataset at ``path`` (messages and
+  reference decoded)."""
+  src = builder.data_source(path, split)
   shown = []
   for i in range(min(count, len(src))):
     ex = records.Example.from_record(src[i])
@@ -74,10 +73,12 @@ def main(argv: Sequence[str] | None = None) -> None:
     config = run_config.load(args.config, overrides)
   except (FileNotFoundError, ValueError) as e:
     parser.error(str(e))
+  data = DataSettings.from_config(config.data)
+  source = builder.make_source_config(data, config.env)
   if args.command == "build":
-    build(config, overwrite=args.overwrite)
+    build(source, data.dir, overwrite=args.overwrite)
   else:
-    show(config, args.split, args.count)
+    show(dataset_path(source, data.dir), args.split, args.count)
 
 
 if __name__ == "__main__":

@@ -25,11 +25,12 @@ import tempfile
 from typing import Any, Mapping, Sequence
 
 import grain
-import ml_collections
 import numpy as np
 
 from arenarl_jax.text import messages as messages_lib
 from arenarl_jax.data import records, renaming
+from arenarl_jax.data.settings import DataSettings
+from arenarl_jax.sft.settings import SftSettings
 
 
 def process_shard(process_index: int | None = None,
@@ -213,31 +214,31 @@ def sft_batches(source: Any, *, tokenizer: Any, seq_len: int, batch_size: int, s
   return ds.to_iter_dataset(_read_options(read_threads, prefetch))
 
 
-def prompt_batches_from_config(config: ml_collections.ConfigDict, source: Any, *,
-                               process_index: int | None = None,
-                               process_count: int | None = None) -> grain.IterDataset:
-  """RL prompts: ``rl.prompts_per_step`` is the global batch, split evenly over processes."""
+def prompt_batches_for(d: DataSettings, prompts_per_step: int, source: Any, *,
+                       process_index: int | None = None,
+                       process_count: int | None = None) -> grain.IterDataset:
+  """RL prompts read as ``data.*`` says: ``prompts_per_step`` (``rl.prompts_per_step``) is the
+  global batch, split evenly over processes."""
   index, count = process_shard(process_index, process_count)
-  d = config.data
-  return prompt_batches(source, batch_size=local_batch_size(config.rl.prompts_per_step, count),
+  return prompt_batches(source, batch_size=local_batch_size(prompts_per_step, count),
                         seed=d.seed, shuffle=d.shuffle, epochs=d.epochs, process_index=index,
                         process_count=count, read_threads=d.read_threads, prefetch=d.prefetch)
 
 
-def sft_batches_from_config(config: ml_collections.ConfigDict, source: Any, *, tokenizer: Any,
-                            tools: Sequence[Mapping[str, Any]] | None = None,
-                            render: messages_lib.RenderFn | None = None,
-                            process_index: int | None = None,
-                            process_count: int | None = None,
-                            first_turn: bool = False,
-                            name_groups: Mapping[str, Sequence[str]] | None = None
-                            ) -> grain.IterDataset:
-  """SFT batches: ``data.sft_batch_size`` is the global batch, split evenly over processes.
-  ``first_turn``: the first-turn phase's rows instead (``sft.first_turn_rows`` of
-  ``sft.first_turn_seq_len`` tokens, each cut after its first assistant turn). ``name_groups``
-  (the environment's ``name_groups()``) lets ``sft.rename_share`` of the rows be renamed."""
+def sft_batches_for(d: DataSettings, s: SftSettings, source: Any, *, tokenizer: Any,
+                    tools: Sequence[Mapping[str, Any]] | None = None,
+                    render: messages_lib.RenderFn | None = None,
+                    process_index: int | None = None,
+                    process_count: int | None = None,
+                    first_turn: bool = False,
+                    name_groups: Mapping[str, Sequence[str]] | None = None
+                    ) -> grain.IterDataset:
+  """SFT batches read as ``data.*`` and shaped as ``sft.*`` says: ``data.sft_batch_size`` is
+  the global batch, split evenly over processes. ``first_turn``: the first-turn phase's rows
+  instead (``sft.first_turn_rows`` of ``sft.first_turn_seq_len`` tokens, each cut after its
+  first assistant turn). ``name_groups`` (the environment's ``name_groups()``) lets
+  ``sft.rename_share`` of the rows be renamed."""
   index, count = process_shard(process_index, process_count)
-  d, s = config.data, config.sft
   seq_len, rows = ((s.first_turn_seq_len, s.first_turn_rows) if first_turn else
                    (d.sft_seq_len, d.sft_batch_size))
   return sft_batches(source, tokenizer=tokenizer, seq_len=seq_len,

@@ -23,9 +23,8 @@ def server_command(env_name: str, seed: int) -> list[str]:
           "--seed", str(int(seed))]
 
 
-def make_tool_source(config: Any) -> base.ToolSource:
-  """The tool source of a config (a ConfigDict or mapping with an ``env`` section)."""
-  env = config["env"] if isinstance(config, Mapping) else config.env
+def make_tool_source(env: Mapping[str, Any]) -> base.ToolSource:
+  """The tool source the ``env`` config section (a ConfigDict or a mapping) names."""
   kind = env["tools"]
   if kind == "inprocess":
     return base.make_environment_from_config(env).tool_source()

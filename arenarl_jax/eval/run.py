@@ -1,6 +1,7 @@
 """The evaluation stage: greedy rollouts of held-out test tasks, judged by the noise-free checker.
 
-    ev = Evaluator(config, env, policy, workdir)
+    ev = Evaluator(env, policy, workdir, settings=eval_settings, sampling=sampling_settings,
+                   rollout=rollout_settings, mesh=mesh)  # built by pipeline.py
     sft_rows = ev.rollouts(sft_params)                 # the starting policy, once
     report = ev.evaluate(params, step, second=sft_rows)  # vs references and vs the SFT policy
 
@@ -26,7 +27,7 @@ import time
 from typing import Any, Callable, Sequence
 
 import jax
-import ml_collections
+from jax.sharding import Mesh
 
 from arenarl_jax.eval import compare
 from arenarl_jax.eval import report as report_lib
@@ -34,7 +35,8 @@ from arenarl_jax import types
 from arenarl_jax.envs import compact_schemas
 from arenarl_jax.judges import rubric_judge
 from arenarl_jax.sampling.policy_sampler import make_sampler, sampling_settings, set_policy
-from arenarl_jax.rollout.agent_loop import Rollout, RolloutSettings
+from arenarl_jax.rollout.agent_loop import Rollout
+from arenarl_jax.rollout.settings import PolicySamplingSettings, RolloutSettings
 
 EVAL_DIR = "eval"
 
@@ -52,20 +54,26 @@ def query_places(env: Any) -> Callable[[str], tuple[str, ...]] | None:
 
 
 class Evaluator:
-  """Holds the test tasks, their references, the checker judge and a greedy rollout."""
+  """Holds the test tasks, their references, the checker judge and a greedy rollout.
 
-  def __init__(self, config: ml_collections.ConfigDict, env: Any, policy: Any, workdir: str):
-    self.config, self.env, self.workdir = config, env, workdir
-    self.settings = compare.EvalSettings.from_config(config.eval)
+  ``settings`` (``eval.*``) chooses the tasks and the rollout's greediness; ``sampling``
+  (``sampling.*``) and ``rollout`` (``rollout.*``) shape the rollout as in training, on this
+  host's devices of ``mesh``; ``schemas`` (``env.schemas``) is what the policy is shown of the
+  tools."""
+
+  def __init__(self, env: Any, policy: Any, workdir: str, *, settings: compare.EvalSettings,
+               sampling: PolicySamplingSettings, rollout: RolloutSettings, mesh: Mesh,
+               schemas: str = "full"):
+    self.env, self.workdir, self.settings = env, workdir, settings
     self.tasks = compare.eval_tasks(env, self.settings)
     if not self.tasks:
       raise ValueError(f"eval: environment {env.name!r} has no {self.settings.split} tasks")
     self.references = compare.reference_trajectories(env, self.tasks)
     self.judge = checker_judge(env, self.settings.seed)
-    self.sampler = make_sampler(config, policy.model)
-    self.rollout = Rollout(self.sampler, policy.tokenizer, RolloutSettings.from_config(config),
-                           self.settings.sampling(sampling_settings(config, policy.tokenizer)))
-    self.source = compact_schemas.tool_source(env, config.env.schemas)
+    self.sampler = make_sampler(sampling, policy.model, mesh)
+    self.rollout = Rollout(self.sampler, policy.tokenizer, rollout,
+                           settings.sampling(sampling_settings(sampling, policy.tokenizer)))
+    self.source = compact_schemas.tool_source(env, schemas)
     self.dir = os.path.join(workdir, EVAL_DIR)
     self.places = query_places(env)
 

@@ -76,7 +76,9 @@ def sft_data(run: Run) -> str:
   records (``data/builder.py``), so a stage trained before the environment or its expert was
   edited does not match it."""
   from arenarl_jax.data import builder  # pylint: disable=g-import-not-at-top  (pulls in tfds)
-  return builder.make_source_config(study_lib.resolve(run.config, run.overrides)).name
+  from arenarl_jax.data.settings import DataSettings  # pylint: disable=g-import-not-at-top
+  config = study_lib.resolve(run.config, run.overrides)
+  return builder.make_source_config(DataSettings.from_config(config.data), config.env).name
 
 
 def sft_stage(out: pathlib.Path, run: Run, say: Callable[[str], None]) -> pathlib.Path:

@@ -87,7 +87,8 @@ def start_digest(config: ml_collections.ConfigDict) -> dict[str, Any] | None:
   if not config.start.name or config.start.build:
     return None
   from arenarl_jax.sft import start as start_lib  # pylint: disable=g-import-not-at-top
-  directory = start_lib.start_dir(config)
+  from arenarl_jax.sft.settings import StartSettings  # pylint: disable=g-import-not-at-top
+  directory = start_lib.start_dir(StartSettings.from_config(config.start))
   record_path = os.path.join(directory, start_lib.START_FILE)
   if not os.path.isfile(record_path):
     return None
@@ -102,8 +103,9 @@ def dataset_name(config: ml_collections.ConfigDict) -> str:
   """The name of the dataset ``config`` reads (``builder.make_source_config``: no build), or
   ``<unavailable: why>`` when it cannot be named (an import folder that is not there)."""
   from arenarl_jax.data import builder  # pylint: disable=g-import-not-at-top
+  from arenarl_jax.data.settings import DataSettings  # pylint: disable=g-import-not-at-top
   try:
-    return builder.make_source_config(config).name
+    return builder.make_source_config(DataSettings.from_config(config.data), config.env).name
   except (OSError, ValueError) as e:
     return f"<unavailable: {e}>"
 

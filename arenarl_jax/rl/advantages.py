@@ -24,10 +24,10 @@ from __future__ import annotations
 import dataclasses
 from typing import Any, Callable, Sequence
 
-import ml_collections
 import numpy as np
 
 from arenarl_jax import tournament
+from arenarl_jax.rl.settings import AdvantageSettings
 from arenarl_jax.rl import stats as rl_stats
 from arenarl_jax.tournament import diagnostics
 from arenarl_jax.tournament.rewards import standardize, standardize_ranked, trainable
@@ -82,7 +82,7 @@ class Judged:
   mask_BG: np.ndarray | None = None
 
 
-# source(groups, judge, config, *, step, first_group) -> Judged
+# source(groups, judge, settings: AdvantageSettings, *, step, first_group) -> Judged
 AdvantageSource = Callable[..., Judged]
 
 
@@ -95,13 +95,14 @@ def tournament_rng(seed: int, step: int, first_group: int = 0) -> np.random.Gene
   return rng
 
 
-def arena(groups: Sequence[Sequence[Any]], judge: Any, config: ml_collections.ConfigDict, *,
+def arena(groups: Sequence[Sequence[Any]], judge: Any, settings: AdvantageSettings, *,
           step: int, first_group: int = 0) -> Judged:
-  """ArenaRL: each group ranked by a tournament of bidirectional pairwise matches."""
-  topology = config.tournament.topology
+  """ArenaRL: each group ranked by a tournament (``settings.tournament``) of bidirectional
+  pairwise matches, its pairings drawn from the step's stream of ``settings.seed``."""
+  topology = settings.tournament.topology
   results = tournament.rank(groups, judge, topology,
-                            tournament_rng(config.seed, step, first_group),
-                            failure_threshold=config.tournament.failure_threshold)
+                            tournament_rng(settings.seed, step, first_group),
+                            failure_threshold=settings.tournament.failure_threshold)
   stats = {"judge/requests": float(sum(r.requests for r in results)),
            "judge/failures": float(sum(r.failures for r in results)),
            "judge/matches": float(sum(len(r.matches) for r in results))}
@@ -119,15 +120,15 @@ def arena(groups: Sequence[Sequence[Any]], judge: Any, config: ml_collections.Co
                 np.stack([r.base_rewards for r in results]), results, stats, mask_BG)
 
 
-def pointwise_repeats(config: ml_collections.ConfigDict) -> int:
+def pointwise_repeats(settings: AdvantageSettings) -> int:
   """``advantage.pointwise_repeats``: how many times each trajectory is scored (averaged)."""
-  repeats = config.advantage.pointwise_repeats
+  repeats = settings.pointwise_repeats
   if not isinstance(repeats, int) or isinstance(repeats, bool) or repeats < 1:
     raise ValueError(f"advantage.pointwise_repeats must be an int >= 1, got {repeats!r}")
   return repeats
 
 
-def pointwise(groups: Sequence[Sequence[Any]], judge: Any, config: ml_collections.ConfigDict, *,
+def pointwise(groups: Sequence[Sequence[Any]], judge: Any, settings: AdvantageSettings, *,
               step: int, first_group: int = 0) -> Judged:
   """GRPO/GSPO: each trajectory scored alone, standardised within its group.
 
@@ -143,7 +144,7 @@ def pointwise(groups: Sequence[Sequence[Any]], judge: Any, config: ml_collection
   sums_N = np.zeros(len(flat), np.float64)
   counts_N = np.zeros(len(flat), np.int64)
   tied = None
-  repeats = pointwise_repeats(config)
+  repeats = pointwise_repeats(settings)
   for _ in range(repeats):
     scored = judge.score(flat)
     ok_N = np.asarray(scored.ok, bool)

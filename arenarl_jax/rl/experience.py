@@ -30,8 +30,8 @@ import os
 import time
 from typing import Any, Callable, Mapping, Sequence
 
-import ml_collections
 import numpy as np
+from jax.sharding import Mesh
 
 from arenarl_jax.data import records
 from arenarl_jax.envs import base, compact_schemas
@@ -39,7 +39,9 @@ from arenarl_jax.rl import advantages as adv_lib
 from arenarl_jax.rl import rollout_log
 from arenarl_jax.rl import stats as rl_stats
 from arenarl_jax.rollout import stats as rollout_stats
-from arenarl_jax.rollout.agent_loop import Rollout, RolloutSettings
+from arenarl_jax.rl.settings import AdvantageSettings
+from arenarl_jax.rollout.agent_loop import Rollout
+from arenarl_jax.rollout.settings import PolicySamplingSettings, RolloutSettings
 from arenarl_jax.sampling import policy_sampler
 
 
@@ -53,25 +55,31 @@ def tasks_from_records(source: Any) -> list[base.Task]:
 
 
 class Experience:
-  """``experience(params, *, step, prompt_ids, all_prompt_ids, key)`` for ``rl/loop.run``."""
+  """``experience(params, *, step, prompt_ids, all_prompt_ids, key)`` for ``rl/loop.run``.
 
-  def __init__(self, config: ml_collections.ConfigDict, env: Any, policy: Any,
-               tasks: Sequence[base.Task], judge: Any, *, truth: Any = None,
-               workdir: str | None = None, log_due: Callable[[int], bool] | None = None):
-    self.config, self.env, self.judge, self.truth = config, env, judge, truth
+  ``sampling`` (``sampling.*``) and ``rollout`` (``rollout.*``) shape the rollout on this
+  host's devices of ``mesh``; ``advantage`` says how judged groups become advantages;
+  ``schemas`` (``env.schemas``) is what the policy is shown of the tools."""
+
+  def __init__(self, env: Any, policy: Any, tasks: Sequence[base.Task], judge: Any, *,
+               sampling: PolicySamplingSettings, rollout: RolloutSettings,
+               advantage: AdvantageSettings, mesh: Mesh, schemas: str = "full",
+               truth: Any = None, workdir: str | None = None,
+               log_due: Callable[[int], bool] | None = None):
+    self.env, self.judge, self.truth, self.advantage = env, judge, truth, advantage
     self.workdir, self.log_due = workdir, log_due
     self.tasks = list(tasks)
     self.num_prompts = len(self.tasks)
-    self.sampler = policy_sampler.make_sampler(config, policy.model)
-    self.rollout = Rollout(self.sampler, policy.tokenizer, RolloutSettings.from_config(config),
-                           policy_sampler.sampling_settings(config, policy.tokenizer))
-    self.source = compact_schemas.tool_source(env, config.env.schemas)
+    self.sampler = policy_sampler.make_sampler(sampling, policy.model, mesh)
+    self.rollout = Rollout(self.sampler, policy.tokenizer, rollout,
+                           policy_sampler.sampling_settings(sampling, policy.tokenizer))
+    self.source = compact_schemas.tool_source(env, schemas)
     self.tool_names = [t["name"] for t in env.tool_source().tools()]  # listed or not
-    self.group_size = int(config.sampling.group_size)
+    self.group_size = int(sampling.group_size)
     if self.group_size < 2:
       raise ValueError(f"sampling.group_size must be >= 2 for RL, got {self.group_size}")
-    self.advantage_source = adv_lib.get_source(config.advantage.source)
-    adv_lib.check_control(config.rl.advantage_control)  # a bad value fails here, not at step 1
+    self.advantage_source = adv_lib.get_source(advantage.source)
+    adv_lib.check_control(advantage.control)  # a bad value fails here, not at step 1
 
   def state_dict(self) -> dict[str, Any]:
     return {"judge": self.judge.state_dict()}
@@ -95,7 +103,7 @@ class Experience:
     # Timed outside, so the seconds count the share's whole judge calls.
     timed = rl_stats.TimedJudge(ShareJudge(self.judge, first, len(groups)))
     before = rl_stats.judge_counters(self.judge)
-    judged = self.advantage_source(groups, timed, self.config, step=step, first_group=first)
+    judged = self.advantage_source(groups, timed, self.advantage, step=step, first_group=first)
     t2 = time.perf_counter()
     mask_BG = judged_mask(judged)
     groups = mark_unranked(groups, mask_BG)
@@ -104,9 +112,8 @@ class Experience:
     stats.update(rl_stats.judge_stats(before, rl_stats.judge_counters(self.judge), timed))
     # rl.advantage_control: an experiment's control (advantages.control_advantages); "none" trains
     # on the judge's advantages as they are.
-    adv_BG = adv_lib.control_advantages(judged.advantages_BG, mask_BG,
-                                        self.config.rl.advantage_control,
-                                        adv_lib.control_rng(self.config.seed, step, first))
+    adv_BG = adv_lib.control_advantages(judged.advantages_BG, mask_BG, self.advantage.control,
+                                        adv_lib.control_rng(self.advantage.seed, step, first))
     adv_N = np.where(mask_BG > 0, adv_BG, 0.0).reshape(-1).astype(np.float32)
     stats.update(rl_stats.step_stats(groups, adv_BG, judged.rewards_BG, mask_BG))
     stats["valid_rate"] = float(batch.valid_rate)
@@ -131,8 +138,8 @@ class Experience:
     if self.workdir and self.log_due is not None and self.log_due(done):
       rollout_log.write_rollouts(os.path.join(self.workdir, rollout_log.ROLLOUTS_DIR), done,
                                  groups, adv_BG, judged.rewards_BG, judged.results,
-                                 topology=self.config.tournament.topology, first_group=first,
-                                 mask_BG=mask_BG)
+                                 topology=self.advantage.tournament.topology,
+                                 first_group=first, mask_BG=mask_BG)
     return flat, adv_N, stats
 
 

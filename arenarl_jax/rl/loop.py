@@ -15,7 +15,7 @@ does. SIGTERM finishes the current step, saves and returns.
 """
 from __future__ import annotations
 
-import json
+import dataclasses
 import os
 import signal
 import time
@@ -23,15 +23,16 @@ from typing import Any, Mapping
 
 import jax
 import jax.numpy as jnp
-import ml_collections
 import numpy as np
 from flax import nnx
+from jax.sharding import Mesh
 
 from arenarl_jax import checkpoint as ckpt_lib
 from arenarl_jax import hosts
-from arenarl_jax import metrics as metrics_lib, sharding
+from arenarl_jax import metrics as metrics_lib
 from arenarl_jax.rl import batch as batch_lib
 from arenarl_jax.rl import losses
+from arenarl_jax.rl.settings import RlSettings
 from arenarl_jax.trainer import Trainer, make_optimizer
 
 
@@ -65,18 +66,18 @@ class PromptCursor:
 _TRAINERS: dict[Any, Trainer] = {}  # compiled programs, reused by runs with the same settings
 
 
-def make_trainer(config: ml_collections.ConfigDict, graphdef, params, mesh) -> Trainer:
-  total = int(config.rl.steps) * int(config.rl.minibatches_per_rollout)
-  loss_cfg = losses.LossSettings.from_config(config.loss)
+def make_trainer(settings: RlSettings, graphdef, params, mesh: Mesh) -> Trainer:
+  """The RL stage's trainer (its loss, optimizer and schedule over every update of the stage),
+  compiled once per distinct setting and parameter shapes and then reused."""
+  total = settings.total_updates
   shapes = str(jax.tree.map(lambda x: (x.shape, str(x.dtype)), params))
-  key = (graphdef, mesh, loss_cfg, json.dumps(config.optim.to_dict(), sort_keys=True), total,
-         int(config.rl.accumulation_steps), int(config.rl.logprob_chunk), config.model.remat,
-         shapes)
+  key = (graphdef, mesh, settings.loss, settings.optim, total, int(settings.accumulation_steps),
+         int(settings.logprob_chunk), settings.remat, shapes)
   if key not in _TRAINERS:
-    _TRAINERS[key] = Trainer(graphdef, params, mesh, losses.make_rl_loss(loss_cfg),
-                             make_optimizer(config.optim, total),
-                             accumulation_steps=config.rl.accumulation_steps,
-                             chunk=config.rl.logprob_chunk, remat=config.model.remat)
+    _TRAINERS[key] = Trainer(graphdef, params, mesh, losses.make_rl_loss(settings.loss),
+                             make_optimizer(dataclasses.asdict(settings.optim), total),
+                             accumulation_steps=settings.accumulation_steps,
+                             chunk=settings.logprob_chunk, remat=settings.remat)
   return _TRAINERS[key]
 
 
@@ -90,40 +91,44 @@ def _combine_updates(per_update: list[dict]) -> dict[str, float]:
   return out
 
 
-def run(config: ml_collections.ConfigDict, workdir: str, experience, *, model=None, on_step=None):
-  """Runs ``config.rl.steps`` RL steps (resuming from ``workdir/checkpoints``); returns the state.
+def make_checkpointer(settings: RlSettings, workdir: str) -> ckpt_lib.Checkpointer:
+  """The RL stage's checkpoints, ``<workdir>/checkpoints``, as ``checkpoint.*`` says."""
+  return ckpt_lib.Checkpointer(os.path.join(workdir, "checkpoints"),
+                               every=settings.checkpoint.every, keep=settings.checkpoint.keep)
 
-  ``model`` is the initial policy (an nnx Transformer; also the frozen KL reference).
-  ``on_step(step, state, writer)`` runs after each step's metrics and checkpoint (evaluation).
+
+def run(rl: RlSettings, workdir: str, experience, *, mesh: Mesh, model=None, on_step=None):
+  """Runs ``rl.steps`` RL steps (resuming from ``workdir/checkpoints``); returns the state.
+
+  ``model`` is the initial policy (an nnx Transformer; also the frozen KL reference), trained
+  on the run's ``mesh``. ``on_step(step, state, writer)`` runs after each step's metrics and
+  checkpoint (evaluation).
   """
-  mesh = sharding.make_mesh(**config.mesh)
   graphdef, params = nnx.split(model)
   params = nnx.to_pure_dict(params)
-  trainer = make_trainer(config, graphdef, params, mesh)
+  trainer = make_trainer(rl, graphdef, params, mesh)
   state = trainer.init_state(params)
   ref_params = trainer.place_params(params)
   del params
 
-  rl = config.rl
   procs, me = jax.process_count(), jax.process_index()
   if rl.prompts_per_step % procs:
     raise ValueError(f"rl.prompts_per_step={rl.prompts_per_step} must split over {procs} hosts")
-  cursor = PromptCursor(experience.num_prompts, rl.prompts_per_step, config.seed)
-  rng = jax.random.key(config.seed)
-  checkpointer = ckpt_lib.Checkpointer(os.path.join(workdir, "checkpoints"),
-                                       every=config.checkpoint.every, keep=config.checkpoint.keep)
+  cursor = PromptCursor(experience.num_prompts, rl.prompts_per_step, rl.seed)
+  rng = jax.random.key(rl.seed)
+  checkpointer = make_checkpointer(rl, workdir)
   start = 0
-  latest = checkpointer.latest_step() if config.checkpoint.resume else None
+  latest = checkpointer.latest_step() if rl.checkpoint.resume else None
   if latest is not None:
     state, loop = checkpointer.restore(latest, state)
     start = int(loop["step"])
     cursor.load(loop["cursor"])
     rng = jax.random.wrap_key_data(jnp.asarray(loop["rng"], jnp.uint32))
     experience.load_state_dict(loop["experience"])
-  writer = metrics_lib.MetricsWriter(workdir, tensorboard=config.metrics.tensorboard,
-                                     jsonl=config.metrics.jsonl, resume_step=start)
+  writer = metrics_lib.MetricsWriter(workdir, tensorboard=rl.metrics.tensorboard,
+                                     jsonl=rl.metrics.jsonl, resume_step=start)
   bar = metrics_lib.progress(rl.steps, desc="rl steps", initial=start,
-                             enabled=config.metrics.progress and me == 0)
+                             enabled=rl.metrics.progress and me == 0)
 
   stop = {"sigterm": False}
   previous = signal.signal(signal.SIGTERM, lambda *_: stop.update(sigterm=True))

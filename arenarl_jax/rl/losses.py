@@ -23,15 +23,14 @@ token, so its gradient comes from the fused head; the sequence ratio's from the 
 """
 from __future__ import annotations
 
-import dataclasses
 import functools
-from typing import Any, Mapping
+from typing import Mapping
 
 import jax
 import jax.numpy as jnp
 
 from arenarl_jax import trainer
-from arenarl_jax.settings import settings_from_config
+from arenarl_jax.rl.settings import LossSettings
 
 
 def _token_ratio(log_w_NT, mask_NT, clamp: float):
@@ -64,37 +63,6 @@ AGGREGATIONS = {
         lambda m, norm, cfg: m / (jnp.maximum(m.sum(-1, keepdims=True), 1.0) * norm["rows"]),
     "dr_grpo": lambda m, norm, cfg: m / (norm["rows"] * cfg.dr_grpo_tokens),
 }
-
-
-@dataclasses.dataclass(frozen=True)
-class LossSettings:
-  """The ``loss.*`` config section (frozen, hashable: a jit static argument)."""
-
-  ratio: str = "token"
-  kl: str = "k3"
-  kl_coef: float = 0.02
-  clip_low: float = 0.2
-  clip_high: float = 0.28
-  aggregation: str = "seq_mean_token_mean"
-  dr_grpo_tokens: int = 1024  # Dr. GRPO's constant per-row normaliser (the token budget)
-  log_ratio_clamp: float = 20.0  # |log ratio| bound before exp (GSPO's sequence ratio, k3)
-
-  def __post_init__(self):
-    for key, value, allowed in (("ratio", self.ratio, RATIOS), ("kl", self.kl, KLS),
-                                ("aggregation", self.aggregation, AGGREGATIONS)):
-      if value not in allowed:
-        raise ValueError(f"loss.{key}: unknown value {value!r}; expected one of "
-                         f"{tuple(allowed)}")
-    if self.clip_low < 0 or self.clip_high < 0 or self.clip_low >= 1:
-      raise ValueError(f"loss.clip_low/clip_high: need 0 <= clip_low < 1 and clip_high >= 0, got "
-                       f"{self.clip_low}, {self.clip_high}")
-    if self.dr_grpo_tokens <= 0 or self.log_ratio_clamp <= 0:
-      raise ValueError("loss.dr_grpo_tokens and loss.log_ratio_clamp must be positive")
-
-  @classmethod
-  def from_config(cls, section: Mapping[str, Any]) -> "LossSettings":
-    """From the ``loss`` section; an unknown key is an error naming it (never dropped)."""
-    return settings_from_config(cls, section, "loss")
 
 
 def kl_estimate(logp_NT, ref_logp_NT, kind: str, clamp: float = 20.0):

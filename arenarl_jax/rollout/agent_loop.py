@@ -1,6 +1,6 @@
 """The multi-turn rollout: a batch of tasks x G -> one ``Trajectory`` per row, ready for training.
 
-    rollout = Rollout(sampler, tokenizer, RolloutSettings.from_config(config), sampling_settings)
+    rollout = Rollout(sampler, tokenizer, RolloutSettings(max_turns=2), sampling_settings)
     batch = rollout.run(tasks, env.tool_source(), group_size=4, key=key, valid=env.valid)
     batch.trajectories[b][g].tokens, .loss_mask, .logprobs, .messages, .finish_reason
 
@@ -47,45 +47,9 @@ from arenarl_jax import types
 from arenarl_jax.envs import base
 from arenarl_jax.sampling.sampler import SamplingSettings, finish_reasons, token_lists
 from arenarl_jax.sampling.buckets import bucket_length
-from arenarl_jax.settings import settings_from_config
+from arenarl_jax.rollout.settings import RolloutSettings
 
-FINAL_NOTE = ("You have used all your tool calls. Answer the user now with what you know, "
-              "without calling any tool.")
 TRUNCATED_NOTE = "\n...[truncated]"
-
-
-@dataclasses.dataclass(frozen=True)
-class RolloutSettings:
-  """The ``rollout.*`` config section (per-turn token limit: ``sampling.max_new_tokens``)."""
-
-  max_turns: int = 2  # tool turns before the forced final answer (sampling.max_turns)
-  max_total_tokens: int = 0  # a trajectory's whole sequence; 0 = the sampler's cache_len
-  max_observation_tokens: int = 512  # each tool result is cut to this many tokens
-  tool_timeout_s: float = 30.0  # per call; a call still running then is a timeout observation
-  max_concurrent_calls: int = 64  # calls in flight on the tool source at once
-  system: str = ""  # system prompt; "" = the chat format's default
-  final_note: str = FINAL_NOTE  # the user turn that asks rows still calling for an answer
-  # Rows of one batch that may end as ``error`` (host bookkeeping failed) before the step stops;
-  # the same tolerance as tournament.failure_threshold (config_tree explains the value).
-  max_error_share: float = 0.25
-
-  def __post_init__(self):
-    for name in ("max_turns", "max_total_tokens", "max_observation_tokens"):
-      if getattr(self, name) < 0:
-        raise ValueError(f"rollout.{name} must be >= 0, got {getattr(self, name)}")
-    if self.max_observation_tokens < 8:
-      raise ValueError(f"rollout.max_observation_tokens must be >= 8, got "
-                       f"{self.max_observation_tokens}")
-    if self.tool_timeout_s <= 0 or self.max_concurrent_calls < 1:
-      raise ValueError("rollout.tool_timeout_s must be > 0 and rollout.max_concurrent_calls >= 1")
-    if not 0.0 <= self.max_error_share <= 1.0:
-      raise ValueError(f"rollout.max_error_share must be in [0, 1], got {self.max_error_share}")
-
-  @classmethod
-  def from_config(cls, config) -> "RolloutSettings":
-    """From ``config.rollout`` plus ``config.sampling.max_turns``."""
-    return settings_from_config(cls, config.rollout, "rollout",
-                                max_turns=config.sampling.max_turns)
 
 
 class RolloutErrorsExceeded(RuntimeError):

@@ -1,13 +1,14 @@
-"""The policy's sampler as the RL loop and the evaluation use it: built from ``sampling.*`` on
-this host's sampling mesh (``sampling/layout.py``) and pointed at the train state's current
-parameters by one jitted resharding (device to device, never through the host)."""
+"""The policy's sampler as the RL loop and the evaluation use it: built from the ``sampling.*``
+settings (``rollout/settings.py``) on this host's sampling mesh (``sampling/layout.py``) and
+pointed at the train state's current parameters by one jitted resharding (device to device,
+never through the host)."""
 from __future__ import annotations
 
 import jax.numpy as jnp
-import ml_collections
 from flax import nnx
+from jax.sharding import Mesh
 
-from arenarl_jax import sharding
+from arenarl_jax.rollout.settings import PolicySamplingSettings
 from arenarl_jax.sampling.buckets import power_of_two_buckets
 from arenarl_jax.sampling.layout import SamplingLayout
 from arenarl_jax.sampling.sampler import Sampler, SamplingSettings
@@ -32,17 +33,16 @@ class PolicySampler(Sampler):
     self.set_params(self._placed(self.layout, params))
 
 
-def make_sampler(config: ml_collections.ConfigDict, model) -> PolicySampler:
-  """The policy's sampler on this host's devices of the run's mesh (``config.mesh``), in the
-  sampling layout: rows over 'data', heads and MLP over 'tensor'. It starts on ``model``'s
-  parameters; ``set_policy`` points it at others. Prompts and appended chunks are padded to
+def make_sampler(sampling: PolicySamplingSettings, model, mesh: Mesh) -> PolicySampler:
+  """The policy's sampler on this host's devices of the run's ``mesh``, in the sampling layout:
+  rows over 'data', heads and MLP over 'tensor'. It starts on ``model``'s parameters;
+  ``set_policy`` points it at others. Prompts and appended chunks are padded to
   ``sampling.prompt_buckets`` (``prompt_buckets``). A model computing in a narrower dtype than
   its parameters (bfloat16 over float32 masters) samples from a copy in that dtype
   (``sampling/layout.py``)."""
-  return PolicySampler(model, cache_len=config.sampling.cache_len,
-                       layout=SamplingLayout(sharding.make_mesh(**config.mesh),
-                                             dtype=sampling_dtype(model.cfg)),
-                       buckets=prompt_buckets(config))
+  return PolicySampler(model, cache_len=sampling.cache_len,
+                       layout=SamplingLayout(mesh, dtype=sampling_dtype(model.cfg)),
+                       buckets=prompt_buckets(sampling))
 
 
 def sampling_dtype(cfg):
@@ -52,10 +52,9 @@ def sampling_dtype(cfg):
   return compute if compute.itemsize < params.itemsize else None
 
 
-def prompt_buckets(config: ml_collections.ConfigDict) -> tuple[int, ...]:
+def prompt_buckets(s: PolicySamplingSettings) -> tuple[int, ...]:
   """``sampling.prompt_buckets`` checked (positive, ascending, within ``sampling.cache_len``),
   or the powers of two up to ``sampling.cache_len`` when it is empty."""
-  s = config.sampling
   declared = tuple(int(b) for b in s.prompt_buckets)
   if not declared:
     return power_of_two_buckets(int(s.cache_len))
@@ -68,8 +67,8 @@ def prompt_buckets(config: ml_collections.ConfigDict) -> tuple[int, ...]:
   return declared
 
 
-def sampling_settings(config: ml_collections.ConfigDict, tokenizer) -> SamplingSettings:
-  s = config.sampling
+def sampling_settings(s: PolicySamplingSettings, tokenizer) -> SamplingSettings:
+  """The sampler's per-turn settings of ``sampling.*``, stopping at the tokenizer's EOS id."""
   return SamplingSettings(temperature=s.temperature, top_p=s.top_p, top_k=s.top_k,
                           eos_ids=(tokenizer.eos_id,), max_new_tokens=s.max_new_tokens)
 

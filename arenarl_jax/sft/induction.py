@@ -21,11 +21,11 @@ from __future__ import annotations
 from typing import Any
 
 import jax
-import ml_collections
 import numpy as np
 
 from arenarl_jax import metrics as metrics_lib
 from arenarl_jax.sft import loss as sft_loss
+from arenarl_jax.sft.settings import SftSettings
 from arenarl_jax.trainer import Trainer, make_optimizer
 
 DRILL_DIR = "sft/induction"
@@ -57,11 +57,10 @@ def drill_batch(ids: np.ndarray, rows: int, length: int,
           "temperature_N": np.ones((rows,), np.float32)}
 
 
-def run(config: ml_collections.ConfigDict, graphdef, params, mesh, tokenizer: Any,
-        vocab_size: int, out_dir: str | None = None):
+def run(s: SftSettings, graphdef, params, mesh, tokenizer: Any, vocab_size: int,
+        out_dir: str | None = None):
   """``sft.induction_steps`` drill updates from ``params`` (a pure dict); returns the new
   parameters and the last logged metrics (the loss on the repeated runs, in nats per token)."""
-  s = config.sft
   steps, rows = int(s.induction_steps), int(s.induction_rows)
   if steps <= 0:
     return params, {}
@@ -70,17 +69,17 @@ def run(config: ml_collections.ConfigDict, graphdef, params, mesh, tokenizer: An
   optim = {"lr": s.induction_lr, "schedule": "cosine", "warmup_steps": min(10, steps),
            "weight_decay": 0.0, "b1": s.b1, "b2": s.b2, "grad_clip": s.grad_clip}
   trainer = Trainer(graphdef, params, mesh, sft_loss.make_sft_loss(),
-                    make_optimizer(optim, steps), chunk=config.rl.logprob_chunk)
+                    make_optimizer(optim, steps), chunk=s.logprob_chunk)
   state = trainer.init_state(params)
   del params
   ids = ordinary_ids(tokenizer, vocab_size)
   local_rows = rows // jax.process_count()
   writer = None if out_dir is None else metrics_lib.MetricsWriter(
-      out_dir, tensorboard=False, jsonl=config.metrics.jsonl)
+      out_dir, tensorboard=False, jsonl=s.metrics.jsonl)
   last: dict[str, float] = {}
   try:
     for step in range(steps):
-      rng = np.random.default_rng([int(config.data.seed), 7_001, step, jax.process_index()])
+      rng = np.random.default_rng([int(s.data.seed), 7_001, step, jax.process_index()])
       batch = trainer.put_batch(drill_batch(ids, local_rows, int(s.induction_len), rng))
       state, m = trainer.step(state, None, batch)
       done = step + 1

@@ -20,16 +20,16 @@ import shutil
 from typing import Any
 
 import jax
-import ml_collections
-from flax import nnx
+from jax.sharding import Mesh
 
-from arenarl_jax import sharding
 from arenarl_jax.data import env_examples
 from arenarl_jax.envs import compact_schemas
 from arenarl_jax.models import config as model_config
 from arenarl_jax.models.loading import load_model, load_tokenizer
+from arenarl_jax.models.settings import ModelSettings
 from arenarl_jax.models.transformer import Transformer, make_model
-from arenarl_jax.sft import name_init, start
+from arenarl_jax.sft import name_init, start as start_lib
+from arenarl_jax.sft.settings import StartSettings
 from arenarl_jax.text import task_tokenizer
 from arenarl_jax.text.tokenizer import Tokenizer
 
@@ -44,17 +44,18 @@ class Policy:
   tokenizer: Tokenizer
 
 
-def make_tokenizer(config: ml_collections.ConfigDict, env: Any = None) -> Tokenizer:
-  """A fresh tokenizer as ``model.init`` (or ``model.source``, without a preset) says."""
-  init = config.model.init
+def make_tokenizer(model: ModelSettings, env: Any = None, *, schemas: str = "full") -> Tokenizer:
+  """A fresh tokenizer as ``model.init`` (or ``model.source``, without a preset) says; a
+  ``task_bpe`` one reads the tools as the policy is shown them (``schemas``: ``env.schemas``)."""
+  init = model.init
   if not init.preset:
-    return load_tokenizer(config.model.source)
+    return load_tokenizer(model.source)
   choice = init.tokenizer
   if choice == "task_bpe":
     if env is None:
       raise ValueError("model.init.tokenizer='task_bpe' is trained on the environment's text: "
                        "pass the environment")
-    tools = compact_schemas.tool_source(env, config.env.schemas).tools()
+    tools = compact_schemas.tool_source(env, schemas).tools()
     corpus = env_examples.tokenizer_corpus(env, sft_tasks=int(init.corpus_tasks), tools=tools)
     whole = environment_names(env) if init.whole_names else ()
     return task_tokenizer.train_bpe(corpus, int(init.vocab_size), whole=whole)
@@ -75,22 +76,24 @@ def environment_names(env: Any) -> tuple[str, ...]:
   return tuple(names())
 
 
-def tokenizer_for(config: ml_collections.ConfigDict, workdir: str, env: Any = None) -> Tokenizer:
+def tokenizer_for(model: ModelSettings, workdir: str, env: Any = None, *,
+                  schemas: str = "full") -> Tokenizer:
   """The run's tokenizer: ``<workdir>/tokenizer`` when saved, else made and saved there."""
   path = os.path.join(workdir, TOKENIZER_DIR)
   if os.path.isfile(os.path.join(path, "tokenizer.json")):
     return Tokenizer.from_hf_dir(path)
-  tok = make_tokenizer(config, env)
+  tok = make_tokenizer(model, env, schemas=schemas)
   if jax.process_index() == 0:
     tok.save_atomic(path)
   return tok
 
 
-def start_policy(config: ml_collections.ConfigDict, workdir: str) -> Policy:
-  """The pinned start ``start.name`` (``sft/start.py``): its weights and its tokenizer, which
-  is copied to ``<workdir>/tokenizer`` so every later stage of the run reads the same ids."""
-  directory = start.start_dir(config)
-  start.read_record(directory)  # a clear error when the folder is not a start
+def start_policy(model: ModelSettings, start: StartSettings, workdir: str, mesh: Mesh) -> Policy:
+  """The pinned start ``start.name`` (``sft/start.py``): its weights, placed on ``mesh``, and
+  its tokenizer, which is copied to ``<workdir>/tokenizer`` so every later stage of the run
+  reads the same ids."""
+  directory = start_lib.start_dir(start)
+  start_lib.read_record(directory)  # a clear error when the folder is not a start
   path = os.path.join(workdir, TOKENIZER_DIR)
   if jax.process_index() == 0 and not os.path.isfile(os.path.join(path, "tokenizer.json")):
     os.makedirs(path, exist_ok=True)
@@ -98,24 +101,25 @@ def start_policy(config: ml_collections.ConfigDict, workdir: str) -> Policy:
       if name.startswith("tokenizer") or name == "special_tokens_map.json":
         shutil.copy(os.path.join(directory, name), os.path.join(path, name))
   tok = Tokenizer.from_hf_dir(directory)
-  cfg, model = load_model(directory, compute_dtype=config.model.compute_dtype,
-                          attention=config.model.attention, use_cache=False,
-                          mesh=sharding.make_mesh(**config.mesh))
-  return Policy(cfg, model, tok)
+  cfg, loaded = load_model(directory, compute_dtype=model.compute_dtype,
+                           attention=model.attention, use_cache=False, mesh=mesh)
+  return Policy(cfg, loaded, tok)
 
 
-def make_policy(config: ml_collections.ConfigDict, workdir: str, env: Any = None) -> Policy:
+def make_policy(settings: ModelSettings, workdir: str, env: Any = None, *, mesh: Mesh,
+                schemas: str = "full", start: StartSettings = StartSettings()) -> Policy:
   """The run's starting policy: the pinned start when ``start.name`` names one (and this run
   does not build it), else random from the preset, or ``model.source``'s weights, loaded into
-  the run's mesh, ``sharding.make_mesh(**config.mesh)``, by the partition rules."""
-  if start.loads(config):
-    return start_policy(config, workdir)
-  tok = tokenizer_for(config, workdir, env)
-  init = config.model.init
+  the run's ``mesh`` by the partition rules. ``schemas`` (``env.schemas``): the tools as a
+  ``task_bpe`` tokenizer's corpus shows them."""
+  if start.loads:
+    return start_policy(settings, start, workdir, mesh)
+  tok = tokenizer_for(settings, workdir, env, schemas=schemas)
+  init = settings.init
   if init.preset:
     cfg = dataclasses.replace(model_config.get_preset(init.preset), vocab_size=tok.vocab_size,
-                              compute_dtype=config.model.compute_dtype)
-    model = make_model(cfg, seed=int(init.seed), attention=config.model.attention)
+                              compute_dtype=settings.compute_dtype)
+    model = make_model(cfg, seed=int(init.seed), attention=settings.attention)
     # Like whole_names, a task_bpe setting: another tokenizer has no name ids to place.
     if name_init.check(init.name_init) == "by_kind" and init.tokenizer == "task_bpe":
       if not init.whole_names:
@@ -128,15 +132,14 @@ def make_policy(config: ml_collections.ConfigDict, workdir: str, env: Any = None
   else:
     # Straight into the run's training mesh: each host reads only the blocks of an HF checkpoint
     # its devices hold, and the trainers take the arrays as placed (same mesh, same rules).
-    cfg, model = load_model(config.model.source, cache_dir=config.model.cache_dir or None,
-                            compute_dtype=config.model.compute_dtype,
-                            attention=config.model.attention,
-                            use_cache=jax.process_count() == 1,
-                            mesh=sharding.make_mesh(**config.mesh),
-                            keep_layers=int(config.model.keep_layers))
+    cfg, model = load_model(settings.source, cache_dir=settings.cache_dir or None,
+                            compute_dtype=settings.compute_dtype,
+                            attention=settings.attention,
+                            use_cache=jax.process_count() == 1, mesh=mesh,
+                            keep_layers=int(settings.keep_layers))
     if cfg.vocab_size < tok.vocab_size:
       raise ValueError(f"{workdir}/{TOKENIZER_DIR}: the tokenizer has {tok.vocab_size} ids but "
-                       f"model.source={config.model.source!r} only {cfg.vocab_size}")
+                       f"model.source={settings.source!r} only {cfg.vocab_size}")
   if jax.process_index() == 0:
     os.makedirs(workdir, exist_ok=True)
     with open(os.path.join(workdir, "model_config.json"), "w", encoding="utf-8") as f:

@@ -26,36 +26,36 @@ import time
 from typing import Any
 
 import jax
-import ml_collections
 import numpy as np
 from flax import nnx
+from jax.sharding import Mesh
 
 from arenarl_jax import checkpoint as ckpt_lib
-from arenarl_jax import hosts, metrics as metrics_lib, sharding
+from arenarl_jax import hosts, metrics as metrics_lib
 from arenarl_jax.data import builder, pipeline, records
 from arenarl_jax.envs import compact_schemas
 from arenarl_jax.sft import induction, loss as sft_loss
 from arenarl_jax.sft.policy import Policy
+from arenarl_jax.sft.settings import SftSettings
 from arenarl_jax.trainer import Trainer, make_optimizer
 
 SFT_DIR = "sft"
 
 
-def dataset_path(config: ml_collections.ConfigDict) -> str:
-  """The run's built dataset (``data.*``, ``env.*``), built on first use."""
-  return builder.build(builder.make_source_config(config), config.data.dir or None)
+def dataset_path(data: Any, env: Any) -> str:
+  """The run's built dataset, built on first use: ``data`` is the ``DataSettings`` and ``env``
+  the ``env`` config section (``builder.make_source_config``)."""
+  return builder.build(builder.make_source_config(data, env), data.dir or None)
 
 
-def make_trainer(config: ml_collections.ConfigDict, graphdef, params, mesh) -> Trainer:
-  s = config.sft
-  optim = {"lr": s.lr, "schedule": s.schedule, "warmup_steps": s.warmup_steps,
-           "weight_decay": s.weight_decay, "b1": s.b1, "b2": s.b2, "grad_clip": s.grad_clip}
+def make_trainer(s: SftSettings, graphdef, params, mesh: Mesh) -> Trainer:
+  """The SFT stage's trainer: the SFT loss and ``sft.*``'s optimizer over ``sft.steps``."""
   return Trainer(graphdef, params, mesh, sft_loss.make_sft_loss(),
-                 make_optimizer(optim, int(s.steps)), accumulation_steps=s.accumulation_steps,
-                 chunk=config.rl.logprob_chunk, remat=config.model.remat)
+                 make_optimizer(s.optim(), int(s.steps)), accumulation_steps=s.accumulation_steps,
+                 chunk=s.logprob_chunk, remat=s.remat)
 
 
-def copy_batch(env: Any, tokenizer: Any, tools, s: ml_collections.ConfigDict, *, seed: int,
+def copy_batch(env: Any, tokenizer: Any, tools, s: SftSettings, *, seed: int,
                step: int) -> dict[str, Any]:
   """This host's rows of copy-phase update ``step``: ``sft.copy_rows`` (global) drills of the
   environment (``copy_drill``) rendered like SFT rows, ``sft.copy_seq_len`` tokens each. A
@@ -76,26 +76,26 @@ def has_checkpoint(workdir: str) -> bool:
   return os.path.isdir(os.path.join(workdir, SFT_DIR, "checkpoints"))
 
 
-def run(config: ml_collections.ConfigDict, workdir: str, policy: Policy, env: Any,
-        *, data_path: str | None = None):
-  """Trains ``sft.steps`` updates from ``policy.model`` (resuming ``<workdir>/sft``); returns the
-  parameters (a pure dict, placed by the partition rules) and the last step's metrics."""
-  s = config.sft
+def run(s: SftSettings, workdir: str, policy: Policy, env: Any, *, mesh: Mesh, data_path: str,
+        schemas: str = "full"):
+  """Trains ``sft.steps`` updates from ``policy.model`` on the run's ``mesh`` (resuming
+  ``<workdir>/sft``) with the ``sft`` split of the dataset at ``data_path`` rendered with the
+  tools as ``schemas`` (``env.schemas``) shows them; returns the parameters (a pure dict,
+  placed by the partition rules) and the last step's metrics."""
   if s.steps <= 0:
     raise ValueError("sft.steps must be > 0 to run the SFT stage")
   out_dir = os.path.join(workdir, SFT_DIR)
-  mesh = sharding.make_mesh(**config.mesh)
   graphdef, params = nnx.split(policy.model)
   params = nnx.to_pure_dict(params)
   if not has_checkpoint(workdir):  # a resumed stage's parameters come from its checkpoint
-    params, _ = induction.run(config, graphdef, params, mesh, policy.tokenizer,
+    params, _ = induction.run(s, graphdef, params, mesh, policy.tokenizer,
                               policy.cfg.vocab_size, os.path.join(workdir, induction.DRILL_DIR))
-  trainer = make_trainer(config, graphdef, params, mesh)
+  trainer = make_trainer(s, graphdef, params, mesh)
   state = trainer.init_state(params)
   del params
 
-  source = builder.data_source(data_path or dataset_path(config), "sft")
-  tools = compact_schemas.tool_source(env, config.env.schemas).tools()
+  source = builder.data_source(data_path, "sft")
+  tools = compact_schemas.tool_source(env, schemas).tools()
   copy_steps, first_steps = int(s.copy_steps), int(s.first_turn_steps)
   if copy_steps < 0 or not 0 <= copy_steps + first_steps <= int(s.steps):
     raise ValueError(f"sft.copy_steps={copy_steps} + sft.first_turn_steps={first_steps} must be "
@@ -103,14 +103,14 @@ def run(config: ml_collections.ConfigDict, workdir: str, policy: Policy, env: An
   if copy_steps and not hasattr(env, "copy_drill"):
     raise ValueError(f"sft.copy_steps={copy_steps}: environment {env.name!r} has no copy_drill()")
   groups = env.name_groups() if hasattr(env, "name_groups") else None
-  iterators = {phase: iter(pipeline.sft_batches_from_config(
-      config, source, tokenizer=policy.tokenizer, tools=tools, first_turn=phase == "first_turn",
-      name_groups=groups))
+  iterators = {phase: iter(pipeline.sft_batches_for(
+      s.data, s, source, tokenizer=policy.tokenizer, tools=tools,
+      first_turn=phase == "first_turn", name_groups=groups))
                for phase in (("first_turn",) if first_steps else ()) + ("whole",)}
 
   def batch_at(step: int):
     if step < copy_steps:
-      return copy_batch(env, policy.tokenizer, tools, s, seed=int(config.data.seed), step=step)
+      return copy_batch(env, policy.tokenizer, tools, s, seed=int(s.data.seed), step=step)
     return next(iterators["first_turn" if step < copy_steps + first_steps else "whole"])
 
   checkpointer = ckpt_lib.Checkpointer(os.path.join(out_dir, "checkpoints"),
@@ -124,10 +124,10 @@ def run(config: ml_collections.ConfigDict, workdir: str, policy: Policy, env: An
     for phase, it in iterators.items():
       if phase in saved:
         pipeline.restore(it, saved[phase])
-  writer = metrics_lib.MetricsWriter(out_dir, tensorboard=config.metrics.tensorboard,
-                                     jsonl=config.metrics.jsonl, resume_step=start)
+  writer = metrics_lib.MetricsWriter(out_dir, tensorboard=s.metrics.tensorboard,
+                                     jsonl=s.metrics.jsonl, resume_step=start)
   bar = metrics_lib.progress(int(s.steps), desc="sft steps", initial=start,
-                             enabled=config.metrics.progress and jax.process_index() == 0)
+                             enabled=s.metrics.progress and jax.process_index() == 0)
   last: dict[str, float] = {}
   try:
     t_log, tokens_since = time.perf_counter(), 0.0
@@ -135,7 +135,7 @@ def run(config: ml_collections.ConfigDict, workdir: str, policy: Policy, env: An
       local = batch_at(step)
       # Every host cuts its rows to the same width: the global batch has one shape.
       t = hosts.global_max(pipeline.trained_width(local["loss_mask_NT"],
-                                                  int(config.data.sft_bucket)))
+                                                  int(s.data.sft_bucket)))
       batch = trainer.put_batch(pipeline.cut(local, t))
       state, m = trainer.step(state, None, batch)
       tokens_since += float((local["loss_mask_NT"] == 1).sum())
@@ -160,19 +160,19 @@ def run(config: ml_collections.ConfigDict, workdir: str, policy: Policy, env: An
   return state.params, last
 
 
-def restore_params(config: ml_collections.ConfigDict, workdir: str, policy: Policy):
-  """The finished SFT stage's parameters from ``<workdir>/sft/checkpoints`` (pure dict)."""
-  mesh = sharding.make_mesh(**config.mesh)
+def restore_params(s: SftSettings, workdir: str, policy: Policy, mesh: Mesh):
+  """The finished SFT stage's parameters from ``<workdir>/sft/checkpoints`` (pure dict), placed
+  on the run's ``mesh``."""
   graphdef, params = nnx.split(policy.model)
-  trainer = make_trainer(config, graphdef, nnx.to_pure_dict(params), mesh)
+  trainer = make_trainer(s, graphdef, nnx.to_pure_dict(params), mesh)
   state = trainer.init_state(nnx.to_pure_dict(params))
   checkpointer = ckpt_lib.Checkpointer(os.path.join(workdir, SFT_DIR, "checkpoints"),
                                        every=1, keep=1)
   try:
     latest = checkpointer.latest_step()
-    if latest is None or latest < int(config.sft.steps):
+    if latest is None or latest < int(s.steps):
       raise FileNotFoundError(f"{workdir}/{SFT_DIR}/checkpoints: no finished SFT checkpoint "
-                              f"(sft.steps={config.sft.steps}; newest: {latest})")
+                              f"(sft.steps={s.steps}; newest: {latest})")
     state, _ = checkpointer.restore(latest, state)
   finally:
     checkpointer.close()

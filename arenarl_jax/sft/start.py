@@ -6,7 +6,8 @@ and ``config.json``, the HF layout ``models/loading.py`` reads), the tokenizer a
 
   commit, dirty       the code that built it (git; ``dirty`` when the tree had changes)
   settings, settings_hash
-                      every config value the build reads (:func:`build_settings`) and a hash
+                      every config value the build reads (:func:`build_settings` of the
+                      config's flat keys, ``config_tree.flat``) and a hash
   dataset             the built dataset's name and the SHA-256 of its files
   sft                 the SFT curve: steps, first and last loss, the loss at every tenth
   validation          greedy evaluation on ``eval.split``: overall and per subtask (valid,
@@ -30,10 +31,9 @@ import shutil
 import subprocess
 from typing import Any, Mapping
 
-import ml_collections
-
 from arenarl_jax import config_tree
 from arenarl_jax.models.safetensors_io import export_hf_dir
+from arenarl_jax.sft.settings import StartSettings
 
 STARTS_DIR = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "starts")
 START_FILE = "START.json"
@@ -48,20 +48,11 @@ NOT_READ = ("data.dir", "data.read_threads", "data.prefetch", "sft.log_every",
             "env.travel.wrong_fact_cost", "env.research.cache_dir", "env.mcp")
 
 
-def in_job(config: ml_collections.ConfigDict) -> bool:
-  """Whether this run trains its own SFT stage (not when it loads a pinned start)."""
-  return int(config.sft.steps) > 0 and (not config.start.name or bool(config.start.build))
-
-
-def loads(config: ml_collections.ConfigDict) -> bool:
-  """Whether this run begins from a pinned start."""
-  return bool(config.start.name) and not bool(config.start.build)
-
-
-def start_dir(config: ml_collections.ConfigDict) -> str:
-  if not config.start.name:
+def start_dir(start: StartSettings) -> str:
+  """The folder of the start ``start.name`` names (``start.dir`` when given)."""
+  if not start.name:
     raise ValueError("start.name is empty: no pinned start named")
-  return config.start.dir or os.path.join(STARTS_DIR, config.start.name)
+  return start.dir or os.path.join(STARTS_DIR, start.name)
 
 
 def _read(key: str) -> bool:
@@ -69,9 +60,9 @@ def _read(key: str) -> bool:
   return any(under(key, p) for p in BUILD_READS) and not any(under(key, p) for p in NOT_READ)
 
 
-def build_settings(config: ml_collections.ConfigDict) -> dict[str, Any]:
-  """Every value of ``config`` the build reads, by dotted key."""
-  return {k: v for k, v in config_tree.flat(config).items() if _read(k)}
+def build_settings(flat: Mapping[str, Any]) -> dict[str, Any]:
+  """Every value the build reads, by dotted key, of a config's flat keys (``config_tree.flat``)."""
+  return {k: v for k, v in flat.items() if _read(k)}
 
 
 def settings_hash(settings: Mapping[str, Any]) -> str:
@@ -83,7 +74,8 @@ def stale_keys(recorded: Mapping[str, Any], current: Mapping[str, Any],
   """The keys whose values make a start built with ``recorded`` differ from one built now: a
   changed or removed key, or a key the record lacks at a value other than its default (a key
   added later at the value that keeps the old behaviour changes nothing)."""
-  defaults = build_settings(config_tree.make_base_config()) if defaults is None else defaults
+  if defaults is None:
+    defaults = build_settings(config_tree.flat(config_tree.make_base_config()))
   return config_tree.stale_keys(recorded, current, defaults)
 
 
@@ -95,11 +87,11 @@ def read_record(directory: str) -> dict[str, Any]:
     return json.load(f)
 
 
-def check(config: ml_collections.ConfigDict) -> list[str]:
-  """:func:`stale_keys` of the start ``config`` names against the settings ``config`` (the
-  build's config) holds now, each as ``key: recorded -> now``."""
-  record = read_record(start_dir(config))
-  now = build_settings(config)
+def check(start: StartSettings, flat: Mapping[str, Any]) -> list[str]:
+  """:func:`stale_keys` of the start ``start`` names against the values the build's config
+  (its flat keys, ``config_tree.flat``) holds now, each as ``key: recorded -> now``."""
+  record = read_record(start_dir(start))
+  now = build_settings(flat)
   return [f"{k}: {record['settings'].get(k, '<absent>')!r} -> {now.get(k, '<absent>')!r}"
           for k in stale_keys(record["settings"], now)]
 

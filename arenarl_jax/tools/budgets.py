@@ -17,6 +17,7 @@ from typing import Any, Mapping, Sequence
 from arenarl_jax import config_tree
 from arenarl_jax.data import budgets as budgets_lib
 from arenarl_jax.envs import base
+from arenarl_jax.models.settings import ModelSettings
 
 
 def measure_config(config: Any, *, per_subtask: int | None = None) -> list[budgets_lib.Budget]:
@@ -24,7 +25,8 @@ def measure_config(config: Any, *, per_subtask: int | None = None) -> list[budge
   prompt."""
   from arenarl_jax.sft import policy  # pylint: disable=g-import-not-at-top  (pulls in jax)
   env = base.make_environment_from_config(config.env)
-  tokenizer = policy.make_tokenizer(config, env)
+  tokenizer = policy.make_tokenizer(ModelSettings.from_config(config.model), env,
+                                    schemas=config.env.schemas)
   return budgets_lib.measure(env, tokenizer, schemas=config.env.schemas,
                              system=config.rollout.system, per_subtask=per_subtask)
 

@@ -164,22 +164,19 @@ def roll_out(config: Any, env: Any, workdir: str, split: str, k: int,
   import os  # pylint: disable=g-import-not-at-top
   from flax import nnx  # pylint: disable=g-import-not-at-top
   from arenarl_jax import jsonl, pipeline  # pylint: disable=g-import-not-at-top
-  from arenarl_jax.eval import run as eval_run  # pylint: disable=g-import-not-at-top
-  from arenarl_jax.sft import policy as policy_lib  # pylint: disable=g-import-not-at-top
-  from arenarl_jax.sft import stage  # pylint: disable=g-import-not-at-top
-  from arenarl_jax.sft import start  # pylint: disable=g-import-not-at-top
+  from arenarl_jax.sft.settings import StartSettings  # pylint: disable=g-import-not-at-top
   config.update_from_flattened_dict({"eval.split": split, "eval.group_size": k + 1,
                                      "eval.greedy": False,
                                      "eval.tasks_per_subtask": tasks_per_subtask})
-  policy = policy_lib.make_policy(config, workdir, env)
-  if start.in_job(config):
-    policy.model = pipeline.with_params(policy.model, stage.restore_params(config, workdir, policy))
-  params, step = pipeline.rl_params(config, workdir, policy.model)
+  mesh = pipeline.make_mesh(config)
+  policy = pipeline.starting_policy(config, workdir, env, mesh)
+  params, step = pipeline.rl_params(config, workdir, policy.model, mesh)
   if params is None:
     params = nnx.to_pure_dict(nnx.state(policy.model))
-  name = f"RL step {step}" if step else ("SFT" if start.in_job(config) else
-                                              "pinned start" if start.loads(config) else "initial")
-  trajectories = eval_run.Evaluator(config, env, policy, workdir).rollouts(params)
+  name = f"RL step {step}" if step else (
+      "SFT" if pipeline.sft_in_job(config) else
+      "pinned start" if StartSettings.from_config(config.start).loads else "initial")
+  trajectories = pipeline.make_evaluator(config, env, policy, workdir, mesh).rollouts(params)
   f, path = jsonl.create_jsonl(os.path.join(workdir, "headroom"), f"eval_{split}_k{k}")
   with f:
     f.write(json.dumps({"kind": "summary", "policy": name, "split": split, "k": k,

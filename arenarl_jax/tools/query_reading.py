@@ -127,7 +127,6 @@ def main(argv: Sequence[str] | None = None) -> dict[str, float]:
   from arenarl_jax import pipeline as pipeline_lib  # pylint: disable=g-import-not-at-top
   from arenarl_jax import run_config  # pylint: disable=g-import-not-at-top
   from arenarl_jax.envs import base, compact_schemas  # pylint: disable=g-import-not-at-top
-  from arenarl_jax.sft import policy as policy_lib, stage, start  # pylint: disable=g-import-not-at-top
 
   parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
   parser.add_argument("--workdir", required=True, help="a run's workdir (with config.json)")
@@ -136,12 +135,11 @@ def main(argv: Sequence[str] | None = None) -> dict[str, float]:
   args = parser.parse_args(argv)
   config = run_config.read(args.workdir)
   env = base.make_environment_from_config(config.env)
-  policy = policy_lib.make_policy(config, args.workdir, env)
-  params = (stage.restore_params(config, args.workdir, policy) if start.in_job(config) else
-            nnx.to_pure_dict(nnx.state(policy.model)))
+  mesh = pipeline_lib.make_mesh(config)
+  policy = pipeline_lib.starting_policy(config, args.workdir, env, mesh)
+  params = nnx.to_pure_dict(nnx.state(policy.model))
   if args.checkpoint == "rl":
-    params, _ = pipeline_lib.rl_params(config, args.workdir,
-                                       pipeline_lib.with_params(policy.model, params))
+    params, _ = pipeline_lib.rl_params(config, args.workdir, policy.model, mesh)
     if params is None:
       raise FileNotFoundError(f"{args.workdir}/checkpoints: no RL checkpoint (--checkpoint=rl)")
   model = pipeline_lib.with_params(policy.model, params)

@@ -9,6 +9,7 @@ import pytest
 from arenarl_jax import config_tree
 from arenarl_jax.data import budgets
 from arenarl_jax.envs import base
+from arenarl_jax.models.settings import ModelSettings
 from arenarl_jax.sft import policy
 from arenarl_jax.text import chat_format
 from arenarl_jax.text import messages as msgs
@@ -34,7 +35,8 @@ def _environment(name: str, seed: int) -> base.Environment:
 def test_the_sampling_limits_fit_the_experts_conversations(name):
   config = config_tree.load_config_file(os.path.join(ROOT, "configs", f"{name}.py"))
   env = _environment(config.env.name, int(config.env.seed))
-  tokenizer = policy.make_tokenizer(config, env)
+  tokenizer = policy.make_tokenizer(ModelSettings.from_config(config.model), env,
+                                    schemas=config.env.schemas)
   measured = budgets.measure(env, tokenizer, schemas=config.env.schemas,
                              system=config.rollout.system)
   assert [b.subtask for b in measured] == list(env.subtasks)  # every subtask the config uses

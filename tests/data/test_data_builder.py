@@ -10,6 +10,7 @@ import pytest
 import data_fakes
 from arenarl_jax.text import messages as messages_lib
 from arenarl_jax.data import builder, env_examples, records
+from arenarl_jax.data.settings import DataSettings
 from arenarl_jax.envs import base
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -149,22 +150,26 @@ def test_editing_an_environments_code_names_a_new_dataset(tmp_path, monkeypatch)
   assert after.rsplit("-", 1)[0] == before.rsplit("-", 1)[0]
 
 
+def _source_name(c):
+  return builder.make_source_config(DataSettings.from_config(c.data), c.env).name
+
+
 def test_settings_that_shape_records_name_a_new_dataset_and_reach_the_environment(tmp_path):
   # A changed split size or tool-output cut must not read the records built without it; a
   # checker-only weight must not rebuild them.
   from arenarl_jax import config_tree
   c = config_tree.make_base_config()
   c.env.name = "travel"
-  default = builder.make_source_config(c).name
+  default = _source_name(c)
   assert "-set" not in default and base.records_settings(c.env) == {}
   c.env.travel.wrong_fact_cost = 1
-  assert builder.make_source_config(c).name == default
+  assert _source_name(c) == default
   c.env.travel.train_per_subtask = 3
   assert base.records_settings(c.env) == {"train_per_subtask": 3}
-  sized = builder.make_source_config(c).name
+  sized = _source_name(c)
   assert sized.startswith(default + "-set") and len(sized) == len(default) + 12
   c.env.tool_max_chars = 300
-  assert builder.make_source_config(c).name not in (default, sized)
+  assert _source_name(c) not in (default, sized)
 
   seen = []
 

@@ -8,22 +8,27 @@ import sys
 import data_fakes
 from arenarl_jax import config_tree
 from arenarl_jax.data import builder, cli
+from arenarl_jax.data.settings import DataSettings
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(os.path.dirname(HERE))
+
+
+def _source(c):
+  return builder.make_source_config(DataSettings.from_config(c.data), c.env)
 
 
 def test_build_then_show_from_a_config(tmp_path):
   c = config_tree.make_base_config()
   c.env.name, c.env.seed, c.data.dir = "fake", 2, str(tmp_path)
   out = io.StringIO()
-  path = cli.build(c, out=out)
-  assert path == cli.dataset_path(c) and path.endswith(
+  path = cli.build(_source(c), c.data.dir, out=out)
+  assert path == cli.dataset_path(_source(c), c.data.dir) and path.endswith(
       f"fake-seed2-err0.3-{builder.env_code_version('fake')[:12]}/1.0.0")
   assert out.getvalue().splitlines()[1:] == ["  sft: 6 records", "  test_alpha: 3 records",
                                              "  test_beta-2: 3 records", "  train: 12 records"]
   out = io.StringIO()
-  shown = cli.show(c, "sft", 2, out=out)
+  shown = cli.show(path, "sft", 2, out=out)
   expected = data_fakes.FakeEnvironment(2).tasks("sft")[:2]
   assert [s["task_id"] for s in shown] == [t.id for t in expected]
   assert shown[0]["messages"][0] == {"role": "user", "content": shown[0]["query"]}
@@ -45,7 +50,7 @@ def test_command_line_imports_and_shows(tmp_path):
   c.env.name, c.data.source, c.data.import_dir = "fake", "import", root
   c.data.dir = str(tmp_path / "out")
   out = io.StringIO()
-  shown = cli.show(c, "test_alpha", 1, out=out)
+  shown = cli.show(cli.dataset_path(_source(c), c.data.dir), "test_alpha", 1, out=out)
   assert json.loads(out.getvalue()) == shown[0]
   assert shown[0]["task_id"] == "fake/alpha/test-000001"
   assert shown[0]["reference"][-1]["role"] == "assistant"

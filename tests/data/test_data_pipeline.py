@@ -8,12 +8,13 @@ import numpy as np
 import pytest
 
 import data_fakes
-from arenarl_jax import config_tree
 from arenarl_jax.text import chat_format
 from arenarl_jax.text import messages as messages_lib
 from arenarl_jax.text import tokenizer as tokenizer_lib
 from arenarl_jax.data import builder, pipeline, records
+from arenarl_jax.data.settings import DataSettings
 from arenarl_jax.models.embedded import find_smollm2_gguf
+from arenarl_jax.sft.settings import SftSettings
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(os.path.dirname(HERE))
@@ -211,23 +212,20 @@ def test_sft_batches_are_rendered_tokenised_and_padded(dataset, smollm2_tokenize
                                    process_count=1)))
 
 
-def test_pipelines_from_config_split_the_global_batch(dataset, smollm2_tokenizer):
-  c = config_tree.make_base_config()
-  c.rl.prompts_per_step = 4
-  c.data.sft_batch_size = 4
-  c.data.sft_seq_len = 64
+def test_pipelines_from_settings_split_the_global_batch(dataset, smollm2_tokenizer):
+  data = DataSettings(sft_batch_size=4, sft_seq_len=64)
   src = builder.data_source(dataset, "train")
-  shard = [next(iter(pipeline.prompt_batches_from_config(c, src, process_index=i,
-                                                         process_count=2))) for i in range(2)]
+  shard = [next(iter(pipeline.prompt_batches_for(data, 4, src, process_index=i,
+                                                 process_count=2))) for i in range(2)]
   assert [len(b) for b in shard] == [2, 2]
   assert not {e.task_id for e in shard[0]} & {e.task_id for e in shard[1]}
-  sft = next(iter(pipeline.sft_batches_from_config(c, builder.data_source(dataset, "sft"),
-                                                   tokenizer=smollm2_tokenizer,
-                                                   process_index=0, process_count=1)))
+  sft = next(iter(pipeline.sft_batches_for(data, SftSettings(),
+                                           builder.data_source(dataset, "sft"),
+                                           tokenizer=smollm2_tokenizer,
+                                           process_index=0, process_count=1)))
   assert sft["tokens_NT"].shape == (4, 64)
-  c.rl.prompts_per_step = 3
   with pytest.raises(ValueError, match="multiple of the process count 2"):
-    pipeline.prompt_batches_from_config(c, src, process_index=0, process_count=2)
+    pipeline.prompt_batches_for(data, 3, src, process_index=0, process_count=2)
 
 
 def test_trained_width_cuts_trailing_padding_to_a_bucket():

@@ -231,34 +231,34 @@ def test_make_tool_source_from_config(monkeypatch):
   fields = set(mcp_client.McpClientSettings.__dataclass_fields__)
   assert set(config.env.mcp.keys()) == fields  # config and settings class cannot drift
   config.env.name = "mcp_fake"
-  source = tool_sources.make_tool_source(config)
+  source = tool_sources.make_tool_source(config.env)
   assert isinstance(source, inprocess.InProcessToolSource)
   assert source.tools() == mcp_fakes.fake_source().tools()
 
   config.env.tools = "mcp"
   config.env.seed = 3
-  default = tool_sources.make_tool_source(config)
+  default = tool_sources.make_tool_source(config.env)
   assert default.command == tool_sources.server_command("mcp_fake", 3)
   assert default.command[1:] == ["-m", "arenarl_jax.envs.mcp_server", "--env", "mcp_fake", "--seed",
                                  "3"]
   config.env.mcp.name_map = '{"search_poi": "maps_text_search"}'
-  assert tool_sources.make_tool_source(config).name_map == {"search_poi": "maps_text_search"}
+  assert tool_sources.make_tool_source(config.env).name_map == {"search_poi": "maps_text_search"}
   config.env.mcp.name_map = "{oops"
   with pytest.raises(ValueError, match="env.mcp.name_map"):
-    tool_sources.make_tool_source(config)
+    tool_sources.make_tool_source(config.env)
   config.env.mcp.name_map = '{"a": "x", "b": "x"}'
   with pytest.raises(ValueError, match="same server tool"):
-    tool_sources.make_tool_source(config)
+    tool_sources.make_tool_source(config.env)
   config.env.tools = "grpc"
   with pytest.raises(ValueError, match="env.tools"):
-    tool_sources.make_tool_source(config)
+    tool_sources.make_tool_source(config.env)
 
   # The full path: env.tools=mcp with a command, PYTHONPATH passed on through env.mcp.inherit_env.
   monkeypatch.setenv("PYTHONPATH", SERVER_ENV["PYTHONPATH"])
   config.env.tools = "mcp"
   config.env.mcp.name_map = '{"find_places": "search_poi"}'
   config.env.mcp.command = shlex.join(server_argv("mcp_fake"))
-  source = tool_sources.make_tool_source(config)
+  source = tool_sources.make_tool_source(config.env)
 
   async def main():
     async with source:

@@ -25,7 +25,7 @@ from arenarl_jax.models import safetensors_io as st
 from arenarl_jax.models.config import ModelConfig
 from arenarl_jax.models.transformer import make_model
 from arenarl_jax.rl import loop
-from arenarl_jax.sft import policy as policy_lib
+from arenarl_jax import pipeline
 from arenarl_jax.testing import xla_flags
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -207,14 +207,15 @@ def test_policy_loads_into_the_run_mesh_and_the_trainer_takes_it(tmp_path):
   config = config_tree.make_base_config()
   config.model.update(dict(source=src, keep_layers=1, compute_dtype="float32"))
   config.mesh.update(dict(data=-1, fsdp=2, tensor=2))
-  policy = policy_lib.make_policy(config, str(tmp_path / "run"))
+  policy = pipeline.make_policy(config, str(tmp_path / "run"))
   assert policy.cfg.n_layers == 1
   mesh = sharding.make_mesh(**config.mesh)
   graphdef, params = nnx.split(policy.model)
   params = nnx.to_pure_dict(params)
   rules = jax.tree.leaves(sharding.param_shardings(params, mesh))
   assert [x.sharding for x in jax.tree.leaves(params)] == rules
-  state = loop.make_trainer(config, graphdef, params, mesh).init_state(params)
+  state = loop.make_trainer(pipeline.rl_settings(config), graphdef, params,
+                            mesh).init_state(params)
   for got, want in zip(jax.tree.leaves(state.params), jax.tree.leaves(params)):
     assert got.sharding == want.sharding
     np.testing.assert_array_equal(np.asarray(got), np.asarray(want))

@@ -31,6 +31,14 @@ def make_config(steps=6, procs=1, proc=0, port=0):
   return c
 
 
+def run(config, workdir, rollout):
+  """``rl/loop.run`` of ``config`` (its settings and mesh as the pipeline builds them)."""
+  from arenarl_jax import pipeline
+  from arenarl_jax.rl import loop
+  return loop.run(pipeline.rl_settings(config), workdir, rollout,
+                  mesh=pipeline.make_mesh(config), model=make_model())
+
+
 def make_model():
   from arenarl_jax.models.config import ModelConfig
   from arenarl_jax.models.transformer import make_model as build
@@ -64,12 +72,10 @@ def main(argv):
   args = parser.parse_args(argv)
   config = make_config(args.steps, args.procs, args.proc, args.port)
   from arenarl_jax import hosts
-  from arenarl_jax.rl import loop
   hosts.initialize_distributed(config.distributed)
   import jax
   from jax.experimental import multihost_utils
-  state = loop.run(config, args.workdir, make_rollout(args.kill_at, args.term_at),
-                   model=make_model())
+  state = run(config, args.workdir, make_rollout(args.kill_at, args.term_at))
   params = multihost_utils.process_allgather(state.params, tiled=True)
   if jax.process_index() == 0:
     flat = {"/".join(str(getattr(k, "key", k)) for k in path): np.asarray(x)

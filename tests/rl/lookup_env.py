@@ -30,7 +30,7 @@ from tokenizers import models, normalizers
 from arenarl_jax import types
 from arenarl_jax.envs import base
 from arenarl_jax.judges import rubric as rubric_lib
-from arenarl_jax.rollout import agent_loop
+from arenarl_jax.rollout import settings as rollout_settings
 from arenarl_jax.text import chat_format
 from arenarl_jax.text.tokenizer import Tokenizer
 
@@ -70,7 +70,7 @@ def make_tokenizer() -> Tokenizer:
   backend.add_tokens([tokenizers.AddedToken(t, single_word=True, normalized=False)
                       for t in (KEY, *VALUES, *FILLERS)])
   backend.add_tokens([tokenizers.AddedToken(t, normalized=False)
-                      for t in (CALL, agent_loop.FINAL_NOTE)])
+                      for t in (CALL, rollout_settings.FINAL_NOTE)])
   return Tokenizer(backend, eos_id=backend.token_to_id(CALL))
 
 

@@ -3,6 +3,7 @@ import numpy as np
 import pytest
 
 from arenarl_jax.rl import advantages
+from arenarl_jax.rl.settings import AdvantageSettings
 from arenarl_jax.tournament import rewards
 
 
@@ -192,10 +193,7 @@ class _ScriptedScores:
 
 
 def _config(repeats):
-  from arenarl_jax import config_tree  # pylint: disable=g-import-not-at-top
-  c = config_tree.make_base_config()
-  c.advantage.pointwise_repeats = repeats
-  return c
+  return AdvantageSettings(source="pointwise", pointwise_repeats=repeats)
 
 
 def test_pointwise_repeats_average_the_successful_requests_by_hand():
@@ -220,9 +218,4 @@ def test_pointwise_repeats_one_is_one_request_and_bad_values_name_the_key():
   assert judged.stats["judge/pointwise_tied_groups"] == 0.5
   for bad in (0, 1.5, True):
     with pytest.raises(ValueError, match="advantage.pointwise_repeats"):
-      advantages.pointwise_repeats(_bad(bad))
-
-
-def _bad(value):
-  import ml_collections  # pylint: disable=g-import-not-at-top
-  return ml_collections.ConfigDict({"advantage": {"pointwise_repeats": value}})
+      advantages.pointwise_repeats(_config(bad))

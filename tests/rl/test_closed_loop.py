@@ -29,12 +29,12 @@ import pytest
 from flax import nnx
 
 import lookup_env  # tests/rl/lookup_env.py
-from arenarl_jax import config_tree, types
+from arenarl_jax import config_tree, pipeline, types
 from arenarl_jax.judges.rubric_judge import RubricJudge
 from arenarl_jax.models.config import ModelConfig
 from arenarl_jax.models.transformer import make_model
-from arenarl_jax.rl import experience, loop
-from arenarl_jax.rollout.agent_loop import Rollout, RolloutSettings
+from arenarl_jax.rl import loop
+from arenarl_jax.rollout.agent_loop import Rollout
 from arenarl_jax.sampling import policy_sampler
 from arenarl_jax.sft.policy import Policy
 
@@ -75,14 +75,16 @@ def run(control: str, workdir: str) -> list[tuple[int, float]]:
   """(step, solved rate on the held-out prompts) at step 0, every EVAL_EVERY steps and the end."""
   config, env, tok = make_config(control), lookup_env.LookupEnv(SEED), lookup_env.make_tokenizer()
   policy = make_policy(tok)
-  source = experience.Experience(config, env, policy, env.tasks("train"),
-                                 RubricJudge(env.checker, lookup_env.RUBRIC, seed=SEED))
+  mesh = pipeline.make_mesh(config)
+  source = pipeline.make_experience(config, env, policy, env.tasks("train"),
+                                    RubricJudge(env.checker, lookup_env.RUBRIC, seed=SEED), mesh)
   # Each held-out prompt as often as fills a training batch: the same shapes, no new compiles.
   held_out = env.tasks("test_lookup")
   held_out = held_out * (PROMPTS // len(held_out))
-  sampler = policy_sampler.make_sampler(config, policy.model)
-  rollout = Rollout(sampler, tok, RolloutSettings.from_config(config),
-                    policy_sampler.sampling_settings(config, tok))
+  sampling, rollout_settings = pipeline.rollout_settings(config)
+  sampler = policy_sampler.make_sampler(sampling, policy.model, mesh)
+  rollout = Rollout(sampler, tok, rollout_settings,
+                    policy_sampler.sampling_settings(sampling, tok))
   curve = []
 
   def evaluate(step, params):
@@ -98,7 +100,8 @@ def run(control: str, workdir: str) -> list[tuple[int, float]]:
       evaluate(step, state.params)
 
   evaluate(0, nnx.to_pure_dict(nnx.split(policy.model)[1]))
-  loop.run(config, workdir, source, model=policy.model, on_step=on_step)
+  loop.run(pipeline.rl_settings(config), workdir, source, mesh=mesh, model=policy.model,
+           on_step=on_step)
   return curve
 
 

@@ -10,13 +10,14 @@ import types as pytypes
 import numpy as np
 import pytest
 
-from arenarl_jax import config_tree, tournament
+from arenarl_jax import tournament
 from arenarl_jax.envs.base import Verification
 from arenarl_jax.judges.synthetic import NoisyJudge, ScoreMatrixJudge
 from arenarl_jax.judges.verdict import PointwiseScores
 from arenarl_jax.rl import advantages as adv_lib
 from arenarl_jax.rl import batch as batch_lib
 from arenarl_jax.rl import experience as experience_lib
+from arenarl_jax.rl.settings import AdvantageSettings, TournamentSettings
 from arenarl_jax.tournament import swiss, topology
 from arenarl_jax.types import MatchResult, Trajectory
 
@@ -191,11 +192,8 @@ def test_two_players_and_a_failed_match_drop_the_group(name):
 
 
 def config(source="arena", topology_name="single_elimination"):
-  c = config_tree.make_base_config()
-  c.advantage.source = source
-  c.tournament.topology = topology_name
-  c.tournament.failure_threshold = 1.0
-  return c
+  return AdvantageSettings(source=source, tournament=TournamentSettings(
+      topology=topology_name, failure_threshold=1.0))
 
 
 def test_arena_source_gives_the_mask_and_counts_unranked_and_dropped():
@@ -256,7 +254,7 @@ def test_experience_marks_unranked_rows_and_the_batch_trains_nothing_on_them(mon
   # A verifier that solves only the greedy rows: a monitor, it must not touch the advantages.
   verify = lambda t: (Verification(met=2, total=2) if t.metadata["greedy"]  # noqa: E731
                       else Verification(met=1, total=2, unmet=("count",)))
-  exp.config, exp.truth = config(), None
+  exp.advantage, exp.truth = config(), None
   exp.env = pytypes.SimpleNamespace(valid=None, verify=verify)
   exp.judge = FailOrdered(NoisyJudge(np.array([3.0, 2.0, 1.0, 0.0])), [(3, 0)])
   exp.workdir, exp.log_due, exp.tasks, exp.source = None, None, [None, None], None

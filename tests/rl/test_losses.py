@@ -9,7 +9,8 @@ import pytest
 
 from arenarl_jax import trainer
 from arenarl_jax.rl import losses
-from arenarl_jax.rl.losses import LossSettings
+from arenarl_jax.rl import settings as rl_settings
+from arenarl_jax.rl.settings import LossSettings
 
 F = jnp.float32
 
@@ -139,3 +140,10 @@ def test_bad_config_values_are_named():
   with pytest.raises(ValueError, match="loss.aggregation"):
     LossSettings(aggregation="mean")
   assert LossSettings.from_config(dataclasses.asdict(LossSettings(kl="k2"))).kl == "k2"
+
+
+def test_the_settings_name_exactly_the_registries_choices():
+  """``LossSettings`` checks a config without jax against names that must be the registries'."""
+  assert tuple(losses.RATIOS) == rl_settings.LOSS_RATIOS
+  assert losses.KLS == rl_settings.LOSS_KLS
+  assert tuple(losses.AGGREGATIONS) == rl_settings.LOSS_AGGREGATIONS

@@ -13,7 +13,6 @@ import pytest
 
 import fake_run  # tests/rl/fake_run.py
 from arenarl_jax import metrics as metrics_lib
-from arenarl_jax.rl import loop
 from arenarl_jax.testing import xla_flags
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -26,8 +25,7 @@ def _params(state):
 
 
 def _run_in_process(workdir, **kill):
-  state = loop.run(fake_run.make_config(), str(workdir), fake_run.make_rollout(**kill),
-                   model=fake_run.make_model())
+  state = fake_run.run(fake_run.make_config(), str(workdir), fake_run.make_rollout(**kill))
   return state
 
 

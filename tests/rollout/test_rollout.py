@@ -283,8 +283,11 @@ def test_parse_errors_are_answered_and_steps_keep_call_order(tok):
 def test_settings_come_from_the_config_tree_and_are_checked():
   from arenarl_jax import config_tree  # pylint: disable=import-outside-toplevel
   c = config_tree.make_base_config()
-  s = RolloutSettings.from_config(c)
-  assert s.max_turns == c.sampling.max_turns and s.max_observation_tokens == 512
+  c.sampling.max_turns = 3
+  s = RolloutSettings.from_config(c.rollout, max_turns=c.sampling.max_turns)
+  assert s.max_turns == 3 and s.max_observation_tokens == 512
+  with pytest.raises(ValueError, match=r"rollout: unknown key\(s\) \['max_turns'\]"):
+    RolloutSettings.from_config({"max_turns": 3})  # sampling.max_turns is its only key
   with pytest.raises(ValueError, match="rollout.max_observation_tokens"):
     RolloutSettings(max_observation_tokens=4)
   with pytest.raises(ValueError, match="rollout.max_turns"):

@@ -4,7 +4,6 @@ gives the single-device run's greedy tokens and log-probs."""
 import dataclasses
 
 import jax
-import ml_collections
 import numpy as np
 import pytest
 from flax import nnx
@@ -13,6 +12,7 @@ from arenarl_jax import sharding
 from arenarl_jax.models.config import PRESETS
 from arenarl_jax.models.transformer import make_model
 from arenarl_jax.rollout.agent_loop import CompileCounter
+from arenarl_jax.rollout.settings import PolicySamplingSettings
 from arenarl_jax.sampling import layout as layout_lib
 from arenarl_jax.sampling import policy_sampler
 from arenarl_jax.sampling.sampler import Sampler, SamplingSettings
@@ -24,9 +24,9 @@ GREEDY = SamplingSettings(temperature=0.0, max_new_tokens=6)
 TRAIN_MESH = dict(data=2, fsdp=2, tensor=2)
 
 
-def config(**mesh):
-  return ml_collections.ConfigDict({"mesh": mesh,
-                                    "sampling": {"cache_len": 32, "prompt_buckets": ()}})
+def make_sampler(model, **mesh):
+  return policy_sampler.make_sampler(PolicySamplingSettings(cache_len=32), model,
+                                     sharding.make_mesh(**mesh))
 
 
 @pytest.fixture(scope="module")
@@ -65,7 +65,7 @@ def test_the_sampling_mesh_is_each_hosts_devices_with_the_same_tensor_groups():
 
 
 def test_parameters_move_by_one_program_and_each_device_holds_its_tensor_slice(train_params):
-  sampler = policy_sampler.make_sampler(config(**TRAIN_MESH), make_model(CFG, seed=3))
+  sampler = make_sampler(make_model(CFG, seed=3), **TRAIN_MESH)
   with CompileCounter() as compiles:
     sampler.set_policy(train_params)
     sampler.set_policy(train_params)  # every later RL step: nothing new to compile
@@ -94,7 +94,7 @@ def _at(tree, keys):
 @pytest.mark.parametrize("mesh", [TRAIN_MESH, dict(data=8, fsdp=1, tensor=1),
                                   dict(data=1, fsdp=1, tensor=8)])
 def test_sampling_in_the_mesh_equals_one_device(mesh, model, train_params, single_device):
-  sampler = policy_sampler.make_sampler(config(**mesh), model)
+  sampler = make_sampler(model, **mesh)
   params = train_params if mesh == TRAIN_MESH else nnx.to_pure_dict(nnx.state(model))
   sampler.set_policy(params)
   out, state = sampler.sample(PROMPTS, group_size=2, settings=GREEDY, key=jax.random.key(0))
@@ -117,17 +117,13 @@ def test_sampling_in_the_mesh_equals_one_device(mesh, model, train_params, singl
 
 
 def test_prompt_buckets_are_checked_and_default_to_powers_of_two():
-  from arenarl_jax import config_tree  # pylint: disable=g-import-not-at-top
-  from arenarl_jax.sampling import policy_sampler  # pylint: disable=g-import-not-at-top
-  c = config_tree.make_base_config()
-  c.sampling.cache_len = 256
-  assert policy_sampler.prompt_buckets(c) == (16, 32, 64, 128, 256)
-  c.sampling.prompt_buckets = (64, 192)
-  assert policy_sampler.prompt_buckets(c) == (64, 192)
+  s = PolicySamplingSettings(cache_len=256)
+  assert policy_sampler.prompt_buckets(s) == (16, 32, 64, 128, 256)
+  s = PolicySamplingSettings(cache_len=256, prompt_buckets=[64, 192])  # a list as a config gives
+  assert policy_sampler.prompt_buckets(s) == (64, 192) and hash(s)
   for bad, match in (((192, 64), "ascending"), ((0, 64), "positive"), ((64, 512), "longer than")):
-    c.sampling.prompt_buckets = bad
     with pytest.raises(ValueError, match=match):
-      policy_sampler.prompt_buckets(c)
+      policy_sampler.prompt_buckets(PolicySamplingSettings(cache_len=256, prompt_buckets=bad))
 
 
 def test_a_bfloat16_model_samples_from_a_bfloat16_copy_with_the_same_tokens(model):
@@ -138,7 +134,7 @@ def test_a_bfloat16_model_samples_from_a_bfloat16_copy_with_the_same_tokens(mode
   nnx.update(half, nnx.state(model))  # the same float32 masters
   assert policy_sampler.sampling_dtype(half_cfg) == np.dtype("bfloat16")
   assert policy_sampler.sampling_dtype(CFG) is None
-  sampler = policy_sampler.make_sampler(config(**TRAIN_MESH), half)
+  sampler = make_sampler(half, **TRAIN_MESH)
   leaves = jax.tree.leaves(nnx.to_pure_dict(sampler.params))
   assert {str(x.dtype) for x in leaves} == {"bfloat16"}
   sampler.set_policy(nnx.to_pure_dict(nnx.state(half)))

@@ -8,10 +8,11 @@ import numpy as np
 import pytest
 from flax import nnx
 
-from arenarl_jax import config_tree, sharding
+from arenarl_jax import sharding
 from arenarl_jax.models import config as model_config
 from arenarl_jax.models.transformer import make_model
 from arenarl_jax.sft import induction
+from arenarl_jax.sft.settings import SftSettings
 
 
 class _Tokenizer:
@@ -41,13 +42,8 @@ def test_ordinary_ids_leave_out_special_ids_and_ids_past_the_model():
 
 
 def _config(steps):
-  c = config_tree.make_base_config()
-  c.sft.induction_steps = steps
-  c.sft.induction_rows = 16
-  c.sft.induction_len = 12
-  c.sft.induction_lr = 1e-2
-  c.sft.log_every = 20
-  return c
+  return SftSettings(induction_steps=steps, induction_rows=16, induction_len=12,
+                     induction_lr=1e-2, log_every=20)
 
 
 def _drill_loss(model, ids, seed):

@@ -8,6 +8,7 @@ import pytest
 
 from arenarl_jax import config_tree
 from arenarl_jax.sft import start
+from arenarl_jax.sft.settings import StartSettings
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
@@ -18,8 +19,16 @@ def _quickstart(arg):
   return quickstart.get_config(arg)
 
 
+def _build_settings(config):
+  return start.build_settings(config_tree.flat(config))
+
+
+def _check(config):
+  return start.check(StartSettings.from_config(config.start), config_tree.flat(config))
+
+
 def test_build_settings_hold_what_the_build_reads_and_nothing_else():
-  settings = start.build_settings(_quickstart("build_start"))
+  settings = _build_settings(_quickstart("build_start"))
   for key in ("seed", "model.init.preset", "sft.steps", "sft.lr", "data.sft_seq_len",
               "env.name", "eval.split", "sampling.max_new_tokens"):
     assert key in settings, key
@@ -41,7 +50,7 @@ def test_staleness_rule_both_ways():
   assert start.stale_keys(recorded, {"a": 2, "b": "x"}, defaults) == ["a"]
   assert start.stale_keys(recorded, {"a": 1}, defaults) == ["b"]
   # With the real defaults: a key the build reads, absent from an old record, at its default.
-  now = start.build_settings(_quickstart("build_start"))
+  now = _build_settings(_quickstart("build_start"))
   old = {k: v for k, v in now.items() if k != "sft.copy_steps"}
   assert start.stale_keys(old, now) == []
   assert start.stale_keys(old, {**now, "sft.copy_steps": 100}) == ["sft.copy_steps"]
@@ -49,29 +58,28 @@ def test_staleness_rule_both_ways():
 
 def test_check_names_the_keys_that_differ(tmp_path):
   config = _quickstart("build_start")
-  settings = start.build_settings(config)
+  settings = _build_settings(config)
   (tmp_path / start.START_FILE).write_text(json.dumps(
       {"settings": {**settings, "sft.lr": 1.0}}))
   with config.unlocked():
     config.start.dir = str(tmp_path)
-  assert start.check(config) == [f"sft.lr: 1.0 -> {config.sft.lr!r}"]
+  assert _check(config) == [f"sft.lr: 1.0 -> {config.sft.lr!r}"]
   with config.unlocked():
     config.optim.lr = 0.5  # RL settings are not the build's business
-  assert len(start.check(config)) == 1
+  assert len(_check(config)) == 1
   with config.unlocked():
     config.start.dir = str(tmp_path / "missing")
   with pytest.raises(FileNotFoundError, match="no pinned start"):
-    start.check(config)
+    _check(config)
 
 
 def test_in_job_and_loads():
-  c = config_tree.make_base_config()
-  c.sft.steps = 10
-  assert start.in_job(c) and not start.loads(c)
-  c.start.name = "travel_quickstart"
-  assert not start.in_job(c) and start.loads(c)
-  c.start.build = True
-  assert start.in_job(c) and not start.loads(c)
+  s = StartSettings()
+  assert s.in_job(10) and not s.loads and not s.in_job(0)
+  s = StartSettings(name="travel_quickstart")
+  assert not s.in_job(10) and s.loads
+  s = StartSettings(name="travel_quickstart", build=True)
+  assert s.in_job(10) and not s.loads
 
 
 def test_dataset_name_and_curve_summary(tmp_path):
