@@ -266,6 +266,53 @@ def test_nothing_touches_another_objects_private_names():
   assert not offenders, offenders
 
 
+# The door and what stands above it: the only modules that may hold the whole config tree.
+# Everything below ``pipeline`` takes frozen settings objects (``<pkg>/settings.py``), plain
+# values or a built mesh.
+CONFIG_HOLDERS = ("arenarl_jax.main", "arenarl_jax.pipeline", "arenarl_jax.config_tree",
+                  "arenarl_jax.run_config", "arenarl_jax.tools", "arenarl_jax.experiments",
+                  "arenarl_jax.testing")
+
+
+def config_takers(tree: ast.Module) -> list[str]:
+  """Where a module imports ``ml_collections`` (at any depth) or annotates a function
+  parameter as a ``ConfigDict``."""
+  out = [f"line {node.lineno}: imports ml_collections" for node in ast.walk(tree)
+         if (isinstance(node, ast.Import)
+             and any(a.name.split(".")[0] == "ml_collections" for a in node.names))
+         or (isinstance(node, ast.ImportFrom) and node.level == 0 and node.module
+             and node.module.split(".")[0] == "ml_collections")]
+  for node in ast.walk(tree):
+    if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+      a = node.args
+      for arg in a.posonlyargs + a.args + a.kwonlyargs + [a.vararg, a.kwarg]:
+        if arg is not None and arg.annotation is not None and (
+            "ConfigDict" in ast.unparse(arg.annotation)):
+          out.append(f"line {node.lineno}: {node.name}({arg.arg}: "
+                     f"{ast.unparse(arg.annotation)})")
+  return out
+
+
+def test_below_the_pipeline_no_module_takes_the_whole_config():
+  offenders = {name: hits for name, tree in SOURCES.items()
+               if not any(_under(name, m) for m in CONFIG_HOLDERS)
+               and (hits := config_takers(tree))}
+  assert not offenders, ("take settings objects (<pkg>/settings.py) built in pipeline.py, not "
+                         f"the config: {offenders}")
+
+
+def test_the_config_check_sees_imports_and_annotations():
+  tree = ast.parse("import ml_collections\ndef f(a, *, c: 'ml_collections.ConfigDict'):\n"
+                   "  from ml_collections import config_dict\n"
+                   "def g(s: Settings, config: ConfigDict = None): pass\n")
+  assert config_takers(tree) == [
+      "line 1: imports ml_collections", "line 3: imports ml_collections",
+      "line 2: f(c: 'ml_collections.ConfigDict')", "line 4: g(config: ConfigDict)"]
+  assert config_takers(ast.parse("def f(rl: RlSettings, mesh: Mesh): pass\n")) == []
+  assert all(name in SOURCES for name in CONFIG_HOLDERS if "." in name[len("arenarl_jax."):]
+             or _is_module(name))
+
+
 def test_the_checks_see_what_they_look_for():
   """The readers above would find a violation (they are not vacuous)."""
   tree = ast.parse("from arenarl_jax.models.cpu import kernel\nfrom arenarl_jax.rl.loop import "
