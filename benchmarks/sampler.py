@@ -150,6 +150,8 @@ def main():
   parser.add_argument("--new", type=int, default=128)
   parser.add_argument("--repeats", type=int, default=3)
   parser.add_argument("--attention", default="auto", help="model.attention")
+  parser.add_argument("--compute_dtype", default="float32", choices=("float32", "bfloat16"),
+                      help="model.compute_dtype of ours (bfloat16: AMX where the CPU has it)")
   parser.add_argument("--hf-max-time", type=float, default=90.0)
   parser.add_argument("--skip-transformers", action="store_true")
   parser.add_argument("--transformers-worker", type=int, default=0, help=argparse.SUPPRESS)
@@ -158,7 +160,7 @@ def main():
     return transformers_worker(args.transformers_worker, args.prompt_len, args.prompts, args.group)
   rows, new = args.prompts * args.group, args.new
   print(f"load average at start: {os.getloadavg()}; devices: {jax.devices()[:1]}", flush=True)
-  _, model = load_model("smollm2", attention=args.attention)
+  _, model = load_model("smollm2", attention=args.attention, compute_dtype=args.compute_dtype)
   prompts = make_prompts(args.prompts, args.prompt_len)
 
   sampler = Sampler(model, cache_len=args.prompt_len + new)
@@ -212,7 +214,7 @@ def main():
   print(f"load average at end: {os.getloadavg()}")
   print(f"RESULT ours_tok_s={med['ours']:.1f} ratio_vs_transformers={med['ours'] / hf_tok_s:.3f} "
         f"frac_of_ceiling={med['ours'] / med['ceiling']:.3f} peak_rss_gb={peak_rss_gb:.2f} "
-        f"cpu={timing.cpu_kind()}")
+        f"cpu={timing.cpu_kind()} compute_dtype={args.compute_dtype}")
 
 
 if __name__ == "__main__":

@@ -26,6 +26,7 @@ Ends with one ``RESULT`` line.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import os
 import subprocess
 import sys
@@ -177,6 +178,9 @@ def main():
   parser.add_argument("--memory_only", action="store_true",
                       help="compile the step, print XLA's memory analysis, time nothing")
   parser.add_argument("--torch_worker", default="", help=argparse.SUPPRESS)
+  parser.add_argument("--compute_dtype", default="float32", choices=("float32", "bfloat16"),
+                      help="model.compute_dtype of ours (bfloat16: AMX where the CPU has it; the "
+                           "parameters and the optimizer stay float32; torch stays float32)")
   args = parser.parse_args()
   if args.torch_worker:
     torch_worker(args.torch_worker)
@@ -186,9 +190,9 @@ def main():
   print(f"load average at start: {os.getloadavg()}; devices: {jax.devices()[:1]}")
 
   if args.model == "smollm2":
-    cfg, model = load_model("smollm2")
+    cfg, model = load_model("smollm2", compute_dtype=args.compute_dtype)
   else:
-    cfg = PRESETS["tiny"]
+    cfg = dataclasses.replace(PRESETS["tiny"], compute_dtype=args.compute_dtype)
     model = make_model(cfg, seed=0)
   graphdef, state = nnx.split(model)
   params = nnx.to_pure_dict(state)
@@ -267,7 +271,7 @@ def main():
   print(f"load average at end: {os.getloadavg()}")
   print(f"RESULT mfu={mfu:.3f} hfu={hfu:.3f} ratio_vs_torch={ratio:.3f} "
         f"peak_rss_gb={peak_rss_gb:.2f} xla_temp_gb={mem['temp']:.2f} xla_args_gb={mem['args']:.2f} "
-        f"remat={args.remat} cpu={timing.cpu_kind()}")
+        f"remat={args.remat} cpu={timing.cpu_kind()} compute_dtype={args.compute_dtype}")
 
 
 if __name__ == "__main__":
