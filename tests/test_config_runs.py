@@ -226,6 +226,8 @@ def test_qwen3_pod_loading_path_reads_an_hf_dir_and_names_what_is_missing(tmp_pa
   assert policy.cfg.compute_dtype == "bfloat16" and policy.cfg.n_layers == 2
   assert_on_run_mesh(policy.model, config)
   missing = qwen3_8b_pod.get_config(f"ckpt={tmp_path / 'nowhere'}")
+  with missing.unlocked():
+    missing.mesh.update(pod_mesh_on(8, missing))  # the door builds the mesh before the model
   with pytest.raises(FileNotFoundError, match="nowhere"):
     pipeline.make_policy(missing, str(tmp_path / "run2"))
   monkeypatch.delenv(qwen3_8b_pod.API_KEY_ENV, raising=False)
