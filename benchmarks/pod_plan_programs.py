@@ -38,10 +38,11 @@ import numpy as np
 from flax import nnx
 from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 
-from arenarl_jax import config_tree, sharding
+from arenarl_jax import config_tree, pipeline, sharding
 from arenarl_jax.models import backend, loading
 from arenarl_jax.models.config import get_preset
 from arenarl_jax.models.transformer import set_attention
+from arenarl_jax.rollout.settings import PolicySamplingSettings
 from arenarl_jax.rl import batch as batch_lib
 from arenarl_jax.rl import loop
 from arenarl_jax.sampling import layout, policy_sampler, programs
@@ -161,7 +162,7 @@ def train_rows(config, hosts: int, mesh: Mesh) -> int:
 
 
 def compile_train(config, graphdef, params, mesh: Mesh, rows: int, tokens: int) -> dict[str, Any]:
-  trainer = loop.make_trainer(config, graphdef, params, mesh)
+  trainer = loop.make_trainer(pipeline.rl_settings(config), graphdef, params, mesh)
   p = _placed(params, trainer.param_shardings)
   opt = _placed(jax.eval_shape(trainer.optimizer.init, params), trainer.state_shardings.opt_state)
   state = TrainState(step=jax.ShapeDtypeStruct((), jnp.int32, sharding=trainer.state_shardings.step),
@@ -239,7 +240,8 @@ def plan(spec: dict[str, Any]) -> dict[str, Any]:
     raise ValueError(f"rl.prompts_per_step={rl.prompts_per_step} does not split over {hosts} hosts")
   rows = train_rows(config, hosts, train_mesh)
   # Prefill at the longest prompt the sampler takes: the config's largest prompt bucket.
-  spec = dict(spec, prompt_len=spec.get("prompt_len") or policy_sampler.prompt_buckets(config)[-1])
+  spec = dict(spec, prompt_len=spec.get("prompt_len") or policy_sampler.prompt_buckets(
+      PolicySamplingSettings.from_config(config.sampling))[-1])
   tokens = batch_lib.bucket_length(spec.get("train_tokens") or s.cache_len, rl.bucket)
   prompts = rl.prompts_per_step // hosts
   specs = layout.sampling_specs(params, smesh)

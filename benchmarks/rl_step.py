@@ -41,7 +41,7 @@ def start_policy(config, workdir: str, env, from_workdir: str):
   from arenarl_jax.sft import stage  # pylint: disable=import-outside-toplevel
   from arenarl_jax import pipeline  # pylint: disable=import-outside-toplevel
   if not from_workdir:
-    return policy_lib.make_policy(config, workdir, env), "init"
+    return pipeline.make_policy(config, workdir, env), "init"
   saved = os.path.join(from_workdir, policy_lib.TOKENIZER_DIR)
   if not os.path.isfile(os.path.join(saved, "tokenizer.json")):
     raise FileNotFoundError(f"--from_workdir={from_workdir}: no {policy_lib.TOKENIZER_DIR}/"
@@ -52,14 +52,16 @@ def start_policy(config, workdir: str, env, from_workdir: str):
   fresh = config.copy_and_resolve_references()
   with fresh.unlocked():
     fresh.model.init.name_init = "random"
-  policy = policy_lib.make_policy(fresh, workdir, env)
+  policy = pipeline.make_policy(fresh, workdir, env)
   params, step = pipeline.rl_params(config, from_workdir, policy.model)
   source = f"rl_step_{step}"
   if params is None:
     if not stage.has_checkpoint(from_workdir):
       raise FileNotFoundError(f"--from_workdir={from_workdir}: neither checkpoints/ nor "
                               f"{stage.SFT_DIR}/checkpoints holds a policy")
-    params, source = stage.restore_params(config, from_workdir, policy), "sft"
+    params = stage.restore_params(pipeline.sft_settings(config), from_workdir, policy,
+                                  pipeline.make_mesh(config))
+    source = "sft"
   policy.model = pipeline.with_params(policy.model, jax.device_get(params))
   return policy, source
 
@@ -90,11 +92,12 @@ def main(argv=None):
   workdir = tempfile.mkdtemp(prefix="rl_step_")
   env = base.make_environment_from_config(config.env)
   policy, source = start_policy(config, workdir, env, args.from_workdir)
-  tasks = experience.tasks_from_records(builder.data_source(stage.dataset_path(config), "train"))
-  rollout = experience.Experience(config, env, policy, tasks,
-                                    pipeline.make_training_judge(config, env),
-                                    truth=run.checker_judge(env))
-  loop.run(config, workdir, rollout, model=policy.model)
+  tasks = experience.tasks_from_records(builder.data_source(pipeline.dataset_path(config), "train"))
+  mesh = pipeline.make_mesh(config)
+  rollout = pipeline.make_experience(config, env, policy, tasks,
+                                     pipeline.make_training_judge(config, env, mesh), mesh,
+                                     truth=run.checker_judge(env))
+  loop.run(pipeline.rl_settings(config), workdir, rollout, mesh=mesh, model=policy.model)
   with open(os.path.join(workdir, "metrics.jsonl"), encoding="utf-8") as f:
     last = [json.loads(line) for line in f][-1]
   step = last["time/step_s"]

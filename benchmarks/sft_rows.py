@@ -23,10 +23,9 @@ import jax
 import numpy as np
 from flax import nnx
 
-from arenarl_jax import config_tree, sharding
+from arenarl_jax import config_tree, pipeline as door, sharding
 from arenarl_jax.data import pipeline
 from arenarl_jax.envs import base, compact_schemas
-from arenarl_jax.sft import policy as policy_lib
 from arenarl_jax.sft import stage
 
 
@@ -37,18 +36,20 @@ def main() -> None:
   args = parser.parse_args()
   config = config_tree.load_config_file(args.config)
   env = base.make_environment(config.env.name, seed=config.env.seed)
-  policy = policy_lib.make_policy(config, tempfile.mkdtemp(prefix="sft_rows_"), env)
-  source = stage.builder.data_source(stage.dataset_path(config), "sft")
-  tools = compact_schemas.tool_source(env, config.env.schemas).tools()
-  batches = list(itertools.islice(iter(pipeline.sft_batches_from_config(
-      config, source, tokenizer=policy.tokenizer, tools=tools)), args.steps + 1))
   mesh = sharding.make_mesh(**config.mesh)
+  policy = door.make_policy(config, tempfile.mkdtemp(prefix="sft_rows_"), env, mesh)
+  source = stage.builder.data_source(door.dataset_path(config), "sft")
+  tools = compact_schemas.tool_source(env, config.env.schemas).tools()
+  settings = door.sft_settings(config)
+  batches = list(itertools.islice(iter(pipeline.sft_batches_for(
+      settings.data, settings, source, tokenizer=policy.tokenizer, tools=tools)),
+      args.steps + 1))
   graphdef, params = nnx.split(policy.model)
   params = nnx.to_pure_dict(params)
   bucket = int(config.data.sft_bucket)
   results, first_loss, seen = {}, {}, {}
   for name in ("whole", "cut"):
-    trainer = stage.make_trainer(config, graphdef, params, mesh)
+    trainer = stage.make_trainer(settings, graphdef, params, mesh)
     state = trainer.init_state(jax.tree.map(np.array, params))
     times = []
     for k, local in enumerate(batches):
