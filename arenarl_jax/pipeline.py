@@ -25,6 +25,7 @@ from arenarl_jax.envs import base
 from arenarl_jax.eval import run
 from arenarl_jax.eval.settings import EvalSettings
 from arenarl_jax.judges import make_judge
+from arenarl_jax.models import backend
 from arenarl_jax.models.safetensors_io import export_hf_dir
 from arenarl_jax.models.settings import ModelSettings
 from arenarl_jax.rl import experience
@@ -280,7 +281,7 @@ def build_start(config: ml_collections.ConfigDict, workdir: str, env, policy, pa
             "dataset": {"name": start_lib.dataset_name(data_path),
                         "sha256": start_lib.dataset_digest(data_path)},
             "sft": start_lib.curve_summary(os.path.join(workdir, stage.SFT_DIR)),
-            "validation": start_lib.validation(report), "cpu": start_lib.cpu_kind(),
+            "validation": start_lib.validation(report), "cpu": backend.cpu_kind(),
             "wall_s": round(time.perf_counter() - t_build, 1)}
   directory = start_lib.write(start_lib.start_dir(StartSettings.from_config(config.start)),
                               model=with_params(policy.model, hosts.host_copy(params)),

@@ -25,10 +25,10 @@ def interleaved_medians(runs: dict, repeats: int) -> tuple[dict, dict]:
 
 
 def cpu_kind() -> str:
-  """The instruction sets behind a row, for the RESULT line's ``cpu=`` key: the CPU kernels'
-  variant (``avx512``, ``avx2``, ``portable``), ``+amx`` where the CPU has AMX tiles."""
-  from arenarl_jax.models.cpu import build  # pylint: disable=g-import-not-at-top
-  return build.supported_isas()[0] + ("+amx" if "amx_tile" in build.cpu_flags() else "")
+  """The instruction sets behind a row, for the RESULT line's ``cpu=`` key: ``avx512``, ``avx2``
+  or the machine's name, ``+amx`` where the CPU has AMX tiles (``avx512+amx``)."""
+  from arenarl_jax.models import backend  # pylint: disable=g-import-not-at-top
+  return backend.cpu_kind(amx=True)
 
 
 def peak_rss_gb() -> float:

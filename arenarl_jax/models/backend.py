@@ -190,3 +190,11 @@ def prepare_process() -> None:
   apply). Imports no JAX."""
   from arenarl_jax.models.cpu import allocator  # pylint: disable=g-import-not-at-top
   allocator.reexec_with_retained_heap()
+
+
+def cpu_kind(amx: bool = False) -> str:
+  """The host CPU's instruction-set kind (``avx512``, ``avx2`` or the machine's name; with
+  ``amx``, ``+amx`` where it has AMX tiles): what a run records beside results that XLA:CPU's
+  rounding can change (``models/cpu/isa.py``). Imports no JAX."""
+  from arenarl_jax.models.cpu import isa  # pylint: disable=g-import-not-at-top
+  return isa.cpu_kind(amx)

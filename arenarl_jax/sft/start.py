@@ -26,7 +26,6 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import platform
 import shutil
 import subprocess
 from typing import Any, Mapping
@@ -106,19 +105,6 @@ def git_state(root: str) -> tuple[str, bool]:
     return commit, bool(status.strip())
   except (OSError, subprocess.CalledProcessError):
     return "unknown", True
-
-
-def cpu_kind() -> str:
-  """``avx512`` (AVX-512 with AMX or without), ``avx2`` or the machine name: XLA:CPU's float
-  sums differ between these, so greedy decoding can too."""
-  try:
-    with open("/proc/cpuinfo", encoding="utf-8") as f:
-      flags = next((ln for ln in f if ln.startswith("flags")), "")
-  except OSError:
-    flags = ""
-  if " avx512f" in flags:
-    return "avx512"
-  return "avx2" if " avx2" in flags else platform.machine()
 
 
 def dataset_name(path: str) -> str:

@@ -10,7 +10,7 @@ import tempfile
 
 import pytest
 
-from arenarl_jax.models.cpu import build
+from arenarl_jax.models.cpu import build, isa
 
 REPO = pathlib.Path(__file__).resolve().parents[2]
 
@@ -90,32 +90,35 @@ AVX2_CPU = frozenset("fpu avx2 fma".split())
                                          (frozenset({"avx2"}), ("portable",)),  # FMA missing
                                          (frozenset(), ("portable",))])
 def test_supported_variants_follow_the_cpu_flags(flags, want):
-  assert build.supported_isas(flags) == want
+  assert isa.supported_isas(flags) == want
+  kind = isa.cpu_kind(amx=True, flags=flags | {"amx_tile"})
+  assert kind == ({"avx512": "avx512", "avx2": "avx2"}.get(want[0], isa.platform.machine())
+                  + "+amx")
 
 
 def test_the_variant_is_the_best_supported_unless_forced(monkeypatch):
-  monkeypatch.setattr(build, "cpu_flags", lambda: AVX2_CPU)
+  monkeypatch.setattr(isa, "cpu_flags", lambda: AVX2_CPU)
   monkeypatch.delenv(build.ISA_ENV, raising=False)
-  assert build.isa() == "avx2"
+  assert build.variant() == "avx2"
   monkeypatch.setenv(build.ISA_ENV, "portable")
-  assert build.isa() == "portable"
+  assert build.variant() == "portable"
   assert "-mavx2" not in build._flags("portable")  # pylint: disable=protected-access
   assert "-mavx512f" in build._flags("avx512")  # pylint: disable=protected-access
   monkeypatch.setenv(build.ISA_ENV, "avx512")
   with pytest.raises(ValueError, match=f"{build.ISA_ENV}='avx512'.*supports only"):
-    build.isa()
+    build.variant()
   monkeypatch.setenv(build.ISA_ENV, "sse9")
   with pytest.raises(ValueError, match="expected auto or one of"):
-    build.isa()
+    build.variant()
 
 
 @pytest.mark.skipif(not build.registered(), reason="no C++ compiler / not a CPU backend")
 def test_the_loaded_library_is_the_variant_the_cpu_supports_best():
   """The library answers which instruction set it was compiled as: the machine's best, unless
   ARENARL_KERNEL_ISA narrows it."""
-  assert build.loaded_isa() == build.isa()
+  assert build.loaded_variant() == build.variant()
   if not os.environ.get(build.ISA_ENV):
-    assert build.loaded_isa() == build.supported_isas()[0]
+    assert build.loaded_variant() == isa.supported_isas()[0]
 
 
 # One case of each kernel's agreement with the reference: the cache attention with a shared
@@ -132,7 +135,7 @@ AGREEMENT = ["tests/models/test_cache_attention.py::test_kernel_equals_xla_atten
 def test_a_narrower_variant_loads_and_agrees_with_the_reference(variant):
   """On a wider CPU, the narrower variants still build, load as themselves and agree with the
   reference attention (the machines here are AVX2 or AVX-512 Xeons: both paths stay tested)."""
-  if variant not in build.supported_isas() or variant == build.isa():
+  if variant not in isa.supported_isas() or variant == build.variant():
     pytest.skip(f"{variant} is this machine's own variant (the suite's kernel tests cover it)")
   env = dict(os.environ, PYTHONPATH=str(REPO), **{build.ISA_ENV: variant, build.REQUIRE_ENV: "1"})
   done = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",

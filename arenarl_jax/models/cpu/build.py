@@ -26,7 +26,6 @@ import hashlib
 import logging
 import os
 import pathlib
-import platform
 import stat
 import subprocess
 import tempfile
@@ -34,6 +33,7 @@ import tempfile
 import jax
 
 from arenarl_jax import cache_dirs
+from arenarl_jax.models.cpu import isa
 
 _HERE = pathlib.Path(__file__).resolve().parent
 SOURCES = (_HERE / "cache_attention.cc", _HERE / "causal_attention.cc")
@@ -49,39 +49,17 @@ REQUIRE_ENV = "ARENARL_REQUIRE_KERNEL"
 
 
 ISA_ENV = "ARENARL_KERNEL_ISA"
-# Instruction sets the kernels are built for, best first, with the compiler flags each needs and
-# the /proc/cpuinfo flags that must all be present. Never -march=native: some virtual machines
-# report instructions they cannot run, and the flags below are exactly what the tiles use.
-ISAS = {"avx512": (("-mavx512f", "-mavx2", "-mfma"), ("avx512f", "avx2", "fma")),
-        "avx2": (("-mavx2", "-mfma"), ("avx2", "fma")),
-        "portable": ((), ())}
 
 
-def cpu_flags() -> frozenset[str]:
-  """The instruction-set flags /proc/cpuinfo reports (empty where it cannot be read)."""
-  if platform.machine() not in ("x86_64", "AMD64"):
-    return frozenset()
-  try:
-    return frozenset(pathlib.Path("/proc/cpuinfo").read_text().split())
-  except OSError:
-    return frozenset()
-
-
-def supported_isas(flags: frozenset[str] | None = None) -> tuple[str, ...]:
-  """The kernel variants this CPU can run, best first (``portable`` always)."""
-  flags = cpu_flags() if flags is None else flags
-  return tuple(name for name, (_, needs) in ISAS.items() if all(f in flags for f in needs))
-
-
-def isa() -> str:
+def variant() -> str:
   """The variant to build: ``$ARENARL_KERNEL_ISA`` if set (it must be one this CPU runs), else
   the best this CPU supports. Forcing a narrower one keeps its code path tested on a wider CPU."""
-  supported = supported_isas()
+  supported = isa.supported_isas()
   wanted = os.environ.get(ISA_ENV, "").strip() or "auto"
   if wanted == "auto":
     return supported[0]
-  if wanted not in ISAS:
-    raise ValueError(f"{ISA_ENV}={wanted!r}: expected auto or one of {sorted(ISAS)}")
+  if wanted not in isa.ISAS:
+    raise ValueError(f"{ISA_ENV}={wanted!r}: expected auto or one of {sorted(isa.ISAS)}")
   if wanted not in supported:
     raise ValueError(f"{ISA_ENV}={wanted!r}: this CPU supports only {list(supported)}")
   return wanted
@@ -89,7 +67,7 @@ def isa() -> str:
 
 def _flags(variant: str) -> list[str]:
   # -ffast-math lets the softmax's exp loop use glibc's vector expf.
-  return ["-O3", "-ffast-math", "-fPIC", "-shared", "-std=c++20", "-w", *ISAS[variant][0]]
+  return ["-O3", "-ffast-math", "-fPIC", "-shared", "-std=c++20", "-w", *isa.ISAS[variant][0]]
 
 
 def is_private(path: pathlib.Path) -> bool:
@@ -128,8 +106,8 @@ def _private_dir(folder: pathlib.Path) -> pathlib.Path:
 
 
 def build() -> pathlib.Path:
-  """The compiled kernel library for ``isa()``: a verified cached build, else compiled now."""
-  flags = _flags(isa())
+  """The compiled kernel library for ``variant()``: a verified cached build, else compiled now."""
+  flags = _flags(variant())
   compiler = os.environ.get("CXX", "g++")
   source = b"".join(path.read_bytes() for path in (*SOURCES, *HEADERS))
   tag = hashlib.sha256(source + " ".join([compiler, *flags, jax.__version__]).encode()).hexdigest()
@@ -164,7 +142,7 @@ def required() -> bool:
 
 
 @functools.cache
-def loaded_isa() -> str:
+def loaded_variant() -> str:
   """The instruction set the loaded kernel library was compiled for (its own answer)."""
   lib = ctypes.cdll.LoadLibrary(str(build()))
   fn = getattr(lib, ISA_SYMBOL)
