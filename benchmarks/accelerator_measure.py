@@ -125,6 +125,7 @@ def train(model: Transformer, sizes) -> tuple[float, float]:
   try:
     from arenarl_jax import trainer as trainer_lib  # pylint: disable=g-import-not-at-top
     from arenarl_jax.rl import losses
+    from arenarl_jax.rl.settings import LossSettings
   except ImportError:
     return generic_train(model, sizes)
   cfg = model.cfg
@@ -133,7 +134,7 @@ def train(model: Transformer, sizes) -> tuple[float, float]:
   params = nnx.to_pure_dict(state)
   mesh = jax.sharding.Mesh(np.asarray(jax.devices()[:1]).reshape(1, 1, 1),
                            ("data", "fsdp", "tensor"))
-  loss_cfg = losses.LossSettings(ratio="token", kl="k3", kl_coef=0.02, clip_low=0.2,
+  loss_cfg = LossSettings(ratio="token", kl="k3", kl_coef=0.02, clip_low=0.2,
                                clip_high=0.28, aggregation="seq_mean_token_mean")
   optim = dict(lr=1e-6, weight_decay=0.1, b1=0.9, b2=0.98, grad_clip=1.0, schedule="constant",
                warmup_steps=0)

@@ -25,7 +25,8 @@ from arenarl_jax.envs import base
 from arenarl_jax.models.config import PRESETS
 from arenarl_jax.models.loading import load_model, load_tokenizer
 from arenarl_jax.models.transformer import make_model
-from arenarl_jax.rollout.agent_loop import CompileCounter, Rollout, RolloutSettings
+from arenarl_jax.rollout.agent_loop import CompileCounter, Rollout
+from arenarl_jax.rollout.settings import RolloutSettings
 from arenarl_jax.sampling.sampler import Sampler, SamplingSettings
 from arenarl_jax.testing.rollout_fakes import Steered  # the model steered into tool calls, shared
 

@@ -40,6 +40,7 @@ from flax import nnx
 
 from arenarl_jax import sharding
 from arenarl_jax.rl import losses
+from arenarl_jax.rl.settings import LossSettings
 from arenarl_jax.models import remat as remat_lib
 from arenarl_jax.models.cpu import allocator
 from arenarl_jax.models.cpu import compile_options
@@ -53,7 +54,7 @@ import timing  # benchmarks/timing.py (the script folder is on sys.path)
 
 OPTIM = dict(lr=1e-6, weight_decay=0.1, b1=0.9, b2=0.98, grad_clip=1.0, schedule="constant",
              warmup_steps=0)
-LOSS = losses.LossSettings(ratio="token", kl="k3", kl_coef=0.02, clip_low=0.2, clip_high=0.28,
+LOSS = LossSettings(ratio="token", kl="k3", kl_coef=0.02, clip_low=0.2, clip_high=0.28,
                          aggregation="seq_mean_token_mean")
 
 

@@ -38,11 +38,11 @@ def test_settings_from_config_raises_on_an_unknown_key_naming_section_and_key():
 
 
 def test_loss_section_keys_are_never_dropped():
-  from arenarl_jax.rl import losses  # pylint: disable=import-outside-toplevel
+  from arenarl_jax.rl.settings import LossSettings  # pylint: disable=import-outside-toplevel
   c = config_tree.make_base_config()
-  assert losses.LossSettings.from_config(c.loss) == losses.LossSettings()
+  assert LossSettings.from_config(c.loss) == LossSettings()
   with pytest.raises(ValueError, match=r"loss: unknown key\(s\) \['kl_coeff'\]"):
-    losses.LossSettings.from_config({"kl_coeff": 0.1})
+    LossSettings.from_config({"kl_coeff": 0.1})
 
 
 def test_sections_are_generated_from_the_registries():

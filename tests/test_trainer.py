@@ -10,6 +10,7 @@ from flax import nnx
 from arenarl_jax.rl import batch as batch_lib
 from arenarl_jax import sharding, trainer as trainer_lib
 from arenarl_jax.rl import losses
+from arenarl_jax.rl.settings import LossSettings
 from arenarl_jax.models.config import ModelConfig
 from arenarl_jax.models.transformer import make_model
 from arenarl_jax.sft import loss as sft_loss
@@ -72,7 +73,7 @@ ONE = lambda: sharding.make_mesh(1, 1, 1, devices=jax.devices()[:1])  # noqa: E7
 def test_update_is_the_same_on_eight_devices_with_accumulation_as_on_one(aggregation, ratio):
   """Devices (data 4 x fsdp 2) and 2 accumulation steps against one device, one micro-batch."""
   clip = (3e-4, 4e-4) if ratio == "sequence" else (0.2, 0.28)
-  cfg = losses.LossSettings(aggregation=aggregation, ratio=ratio, kl="k3", kl_coef=0.05,
+  cfg = LossSettings(aggregation=aggregation, ratio=ratio, kl="k3", kl_coef=0.05,
                           dr_grpo_tokens=16, clip_low=clip[0], clip_high=clip[1])
   want, want_m, _ = _run(ONE(), cfg, accumulation=1, steps=3)
   got, got_m, _ = _run(sharding.make_mesh(4, 2, 1), cfg, accumulation=2, steps=3)
@@ -94,7 +95,7 @@ def test_update_is_the_same_on_eight_devices_with_accumulation_as_on_one(aggrega
 
 
 def test_reference_params_are_not_donated_and_minibatches_make_clipping_act():
-  cfg = losses.LossSettings(kl_coef=0.02)
+  cfg = LossSettings(kl_coef=0.02)
   trainer, params = _trainer(ONE(), cfg, optim=dict(OPTIM, lr=3e-2))
   state = trainer.init_state(params)
   ref = trainer.place_params(params)
@@ -132,7 +133,7 @@ def test_loss_gradient_through_the_model_matches_finite_differences():
   b = {k: jnp.asarray(v) for k, v in _batch(n=4, t=12, seed=5).items()}
   ref = jax.tree.map(lambda x: x * 1.05, params)
   b["old_logp_NT"] = batch_logprobs(graphdef, ref, b, chunk=4)
-  cfg = losses.LossSettings(kl="k2", kl_coef=0.5, clip_low=0.5, clip_high=0.5)
+  cfg = LossSettings(kl="k2", kl_coef=0.5, clip_low=0.5, clip_high=0.5)
   norm = trainer_lib.normalisers(b["loss_mask_NT"])
   loss = losses.make_rl_loss(cfg)
   reference = trainer_lib.Forward(graphdef, ref, chunk=4)

@@ -11,6 +11,7 @@ from flax import nnx
 
 from arenarl_jax import trainer
 from arenarl_jax.rl import losses
+from arenarl_jax.rl.settings import LossSettings
 from arenarl_jax.models import loss_head
 from arenarl_jax.models.config import ModelConfig
 from arenarl_jax.models.logprobs import token_logprobs
@@ -138,7 +139,7 @@ def test_policy_objective_equals_the_unfused_loss(aggregation, kl, kl_coef, off_
   if off_policy:  # the sampling policy's log-probs far enough away that both clips act
     noise = np.random.default_rng(7).normal(0.0, 0.4, (N, T)).astype(np.float32)
     b["old_logp_NT"] = batch_logprobs(graphdef, ref, b, chunk=5) + noise
-  cfg = losses.LossSettings(aggregation=aggregation, kl=kl, kl_coef=kl_coef, clip_low=0.1,
+  cfg = LossSettings(aggregation=aggregation, kl=kl, kl_coef=kl_coef, clip_low=0.1,
                           clip_high=0.1, dr_grpo_tokens=7)
   norm = trainer.normalisers(b["loss_mask_NT"])
 

@@ -8,6 +8,7 @@ from flax import nnx
 
 from arenarl_jax import sharding
 from arenarl_jax.rl import losses
+from arenarl_jax.rl.settings import LossSettings
 from arenarl_jax.models import remat
 from arenarl_jax.models.config import ModelConfig
 from arenarl_jax.models.logprobs import token_logprobs
@@ -54,7 +55,7 @@ def test_bad_value_names_the_key():
   mesh = sharding.make_mesh(1, 1, 1, devices=jax.devices()[:1])
   graphdef, params, _ = _setup()
   with pytest.raises(ValueError, match="model.remat"):
-    Trainer(graphdef, params, mesh, losses.make_rl_loss(losses.LossSettings()), make_optimizer(
+    Trainer(graphdef, params, mesh, losses.make_rl_loss(LossSettings()), make_optimizer(
         dict(lr=1e-3, weight_decay=0.0, b1=0.9, b2=0.98, grad_clip=1.0), 1), remat="some")
 
 

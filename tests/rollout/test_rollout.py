@@ -10,7 +10,8 @@ from arenarl_jax.text import chat_format
 from arenarl_jax.text import messages as msgs
 from arenarl_jax.text import tool_calls as tc
 from arenarl_jax.envs.base import Task
-from arenarl_jax.rollout.agent_loop import Rollout, RolloutErrorsExceeded, RolloutSettings
+from arenarl_jax.rollout.agent_loop import Rollout, RolloutErrorsExceeded
+from arenarl_jax.rollout.settings import RolloutSettings
 from arenarl_jax.sampling.sampler import SamplingSettings
 from arenarl_jax.types import TRAJECTORY_FINISH_REASONS
 from arenarl_jax.testing.rollout_fakes import (FakeToolSource, FaultInjecting, ScriptedSampler,

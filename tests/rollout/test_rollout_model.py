@@ -11,7 +11,8 @@ from arenarl_jax.envs.base import Task
 from arenarl_jax.models.config import PRESETS
 from arenarl_jax.models.logprobs import token_logprobs
 from arenarl_jax.models.transformer import make_model
-from arenarl_jax.rollout.agent_loop import CompileCounter, Rollout, RolloutSettings
+from arenarl_jax.rollout.agent_loop import CompileCounter, Rollout
+from arenarl_jax.rollout.settings import RolloutSettings
 from arenarl_jax.sampling.sampler import Sampler, SamplingSettings
 from arenarl_jax.testing.rollout_fakes import FakeToolSource, Steered, smollm2_tokenizer
 

@@ -7,7 +7,8 @@ import pytest
 from arenarl_jax.text import chat_format
 from arenarl_jax.text import messages as msgs
 from arenarl_jax.envs import base
-from arenarl_jax.rollout.agent_loop import Rollout, RolloutSettings
+from arenarl_jax.rollout.agent_loop import Rollout
+from arenarl_jax.rollout.settings import RolloutSettings
 from arenarl_jax.sampling.sampler import Sampler, SamplingSettings
 from arenarl_jax.types import TRAJECTORY_FINISH_REASONS
 from arenarl_jax.testing.rollout_fakes import ScriptedSampler, smollm2_tokenizer
