@@ -58,9 +58,13 @@ def _chunk(token_loss, w_VD, t_N, grads: bool, h_NtD, tg_Nt, valid_Nt, ex):
   # Contracted over the leading (vocabulary) axis of both operands: the product's output is the
   # small [D, N, t], and dz is read in the layout it was written in ("vnt,vd->ntd" made XLA:CPU
   # write a transposed copy of the [V, N*t] dz first, a strided pass as slow as a product).
-  dh_DNt = jnp.einsum("vd,vnt->dnt", w_VD, dz_VNt, preferred_element_type=h_NtD.dtype)
+  # Both gradients accumulate in float32 and are rounded once (bfloat16 compute: the matrix units'
+  # own accumulation; float32: the same products as before).
+  dh_DNt = jnp.einsum("vd,vnt->dnt", w_VD, dz_VNt,
+                      preferred_element_type=jnp.float32).astype(h_NtD.dtype)
   dh_NtD = jnp.transpose(dh_DNt, (1, 2, 0))
-  dw_VD = jnp.einsum("vnt,ntd->vd", dz_VNt, h_NtD, preferred_element_type=w_VD.dtype)
+  dw_VD = jnp.einsum("vnt,ntd->vd", dz_VNt, h_NtD,
+                     preferred_element_type=jnp.float32).astype(w_VD.dtype)
   return loss, logp_Nt, ent_Nt, dh_NtD, dw_VD
 
 

@@ -10,6 +10,11 @@ contracted over their leading (token) axis, dW = x^T g, which every backend's do
 copy of either large operand, and the input gradient is g w^T. The values are those of autodiff
 (tested). These are the CPU backend's products; ``plain_dense``/``plain_dense_t`` are the same
 products with autodiff's own backward, the other backends' (``models/backend.py`` chooses).
+
+bfloat16 inputs accumulate in float32 and are rounded to bfloat16 after the product: a product
+whose output is bfloat16 misses the CPU's bfloat16 matrix units (AMX), which accumulate in
+float32; one with float32 output runs on them (benchmarks/README.md, "Per instruction set").
+Float32 products are unchanged.
 """
 from __future__ import annotations
 
@@ -28,10 +33,22 @@ def _flat(a):
   return a.reshape(-1, a.shape[-1])
 
 
+def _accumulation(dtype):
+  """The dtype a product of ``dtype`` inputs accumulates and is written in: float32 for
+  bfloat16 (the matrix units' own accumulation), else ``dtype``."""
+  return jnp.float32 if jnp.dtype(dtype) == jnp.bfloat16 else dtype
+
+
+def _product(a, b, dims, out_dtype):
+  """``dot_general`` accumulated in ``_accumulation`` and written in ``out_dtype``."""
+  y = jax.lax.dot_general(a, b, (dims, ((), ())), preferred_element_type=_accumulation(a.dtype))
+  return y.astype(out_dtype)
+
+
 @functools.partial(jax.custom_vjp, nondiff_argnums=(2,))
 def dense(x, w, out_dtype=None):
-  """x [..., I] @ w [I, O] -> [..., O] (``out_dtype``: the product's accumulation/output dtype)."""
-  return jnp.matmul(x, w, preferred_element_type=out_dtype)
+  """x [..., I] @ w [I, O] -> [..., O] (``out_dtype``: the output dtype, default ``x``'s)."""
+  return _product(x, w, ((x.ndim - 1,), (0,)), out_dtype or x.dtype)
 
 
 def _dense_fwd(x, w, out_dtype):
@@ -41,10 +58,8 @@ def _dense_fwd(x, w, out_dtype):
 def _dense_bwd(out_dtype, res, g):
   del out_dtype
   x, w = res
-  dx = jax.lax.dot_general(g.astype(x.dtype), w, (((g.ndim - 1,), (1,)), ((), ())),
-                           preferred_element_type=x.dtype)
-  dw = jax.lax.dot_general(_flat(x), _flat(g).astype(x.dtype), (((0,), (0,)), ((), ())),
-                           preferred_element_type=w.dtype)
+  dx = _product(g.astype(x.dtype), w, ((g.ndim - 1,), (1,)), x.dtype)
+  dw = _product(_flat(x), _flat(g).astype(x.dtype), ((0,), (0,)), w.dtype)
   return dx, dw
 
 
@@ -54,7 +69,7 @@ dense.defvjp(_dense_fwd, _dense_bwd)
 @functools.partial(jax.custom_vjp, nondiff_argnums=(2,))
 def dense_t(x, w, out_dtype=None):
   """x [..., D] @ w^T for w [O, D] -> [..., O] (the tied head: w is the [V, D] embedding)."""
-  return jnp.einsum("...d,od->...o", x, w, preferred_element_type=out_dtype)
+  return _product(x, w, ((x.ndim - 1,), (1,)), out_dtype or x.dtype)
 
 
 def _dense_t_fwd(x, w, out_dtype):
@@ -64,10 +79,8 @@ def _dense_t_fwd(x, w, out_dtype):
 def _dense_t_bwd(out_dtype, res, g):
   del out_dtype
   x, w = res
-  dx = jax.lax.dot_general(g.astype(x.dtype), w, (((g.ndim - 1,), (0,)), ((), ())),
-                           preferred_element_type=x.dtype)
-  dw = jax.lax.dot_general(_flat(g).astype(x.dtype), _flat(x), (((0,), (0,)), ((), ())),
-                           preferred_element_type=w.dtype)
+  dx = _product(g.astype(x.dtype), w, ((g.ndim - 1,), (0,)), x.dtype)
+  dw = _product(_flat(g).astype(x.dtype), _flat(x), ((0,), (0,)), w.dtype)
   return dx, dw
 
 

@@ -40,6 +40,35 @@ def test_out_dtype_is_the_accumulation_dtype():
   assert dense(x, w).dtype == jnp.bfloat16
 
 
+def _dot_dtypes(fn, *args) -> list[str]:
+  """The ``preferred_element_type`` of every dot in ``fn``'s jaxpr (value and gradients)."""
+  text = str(jax.make_jaxpr(fn)(*args))
+  return [part.split("preferred_element_type=")[1].split()[0].rstrip(",]")
+          for part in text.split("dot_general")[1:]]
+
+
+@pytest.mark.parametrize("product", [dense, dense_t])
+def test_bfloat16_products_accumulate_in_float32(product):
+  """bfloat16 operands: every product, forward and backward, accumulates in float32 (what the
+  CPU's bfloat16 matrix units do; a bfloat16-out product misses them) and is rounded once, so a
+  long sum equals the float32 product of the same operands rounded to bfloat16; float32 operands
+  keep float32 products and no extra conversion."""
+  x, w, g = _arrays((4, 1024), (1024, 64), (4, 64), dtype=jnp.bfloat16)
+  w = w if product is dense else w.T
+  got = np.asarray(product(x, w), np.float32)
+  f32 = x.astype(jnp.float32) @ (w if product is dense else w.T).astype(jnp.float32)
+  want = np.asarray(f32.astype(jnp.bfloat16), np.float32)
+  # Equal except where the float32 sums differ by summation order at a rounding boundary.
+  assert np.mean(got == want) > 0.97, np.mean(got == want)
+  for dtype in (jnp.bfloat16, jnp.float32):
+    args = [a.astype(dtype) for a in (x, w, g)]
+    loss = lambda a, b, c: jnp.sum(product(a, b).astype(jnp.float32) * c.astype(jnp.float32))
+    grads = jax.value_and_grad(loss, argnums=(0, 1))
+    assert _dot_dtypes(grads, *args) == ["float32"] * 3  # the value, dx and dw
+    if dtype == jnp.float32:
+      assert "convert_element_type" not in str(jax.make_jaxpr(grads)(*args))
+
+
 def _grad_dot_count(remat: str) -> int:
   cfg = PRESETS["tiny"]
   graphdef, state = nnx.split(make_model(cfg, seed=0, attention="reference", remat=remat))

@@ -48,10 +48,13 @@ def transposed_kernels(model) -> tuple[tuple[tuple[jax.Array, ...], ...], jax.Ar
 
 
 def _matmul(w_ED, x_DN, dtype=None):
-  """w @ x. The barrier keeps XLA from folding a following transpose into the product, which
-  would turn it back into the slow (activations-first) form."""
-  return jax.lax.optimization_barrier(
-      jax.lax.dot_general(w_ED, x_DN, (((1,), (0,)), ((), ())), preferred_element_type=dtype))
+  """w @ x in ``dtype`` (default ``x``'s). The barrier keeps XLA from folding a following
+  transpose into the product, which would turn it back into the slow (activations-first) form.
+  bfloat16 operands accumulate in float32, as the CPU's bfloat16 matrix units do
+  (``models/matmul.py``)."""
+  acc = jnp.float32 if x_DN.dtype == jnp.bfloat16 else dtype
+  y = jax.lax.dot_general(w_ED, x_DN, (((1,), (0,)), ((), ())), preferred_element_type=acc)
+  return jax.lax.optimization_barrier(y.astype(dtype or x_DN.dtype))
 
 
 def _linear(linear, w_ED, x_DN):
