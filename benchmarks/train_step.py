@@ -179,6 +179,8 @@ def main():
   parser.add_argument("--memory_only", action="store_true",
                       help="compile the step, print XLA's memory analysis, time nothing")
   parser.add_argument("--torch_worker", default="", help=argparse.SUPPRESS)
+  parser.add_argument("--skip_torch", action="store_true",
+                      help="time ours alone (ratio_vs_torch=nan)")
   parser.add_argument("--compute_dtype", default="float32", choices=("float32", "bfloat16"),
                       help="model.compute_dtype of ours (bfloat16: AMX where the CPU has it; the "
                            "parameters and the optimizer stay float32; torch stays float32)")
@@ -235,18 +237,21 @@ def main():
   print(f"peak RSS (this process, ours alone): {peak_rss_gb:.2f} GB; "
         f"2048^3 matmul: {rate / 1e9:.0f} GFLOP/s")
 
-  with tempfile.TemporaryDirectory() as hf_dir:
-    export_hf_dir(model, cfg, hf_dir)
-    np.savez(os.path.join(hf_dir, "inputs.npz"), **inputs)
-    worker = TorchProcess(hf_dir)
-    try:
-      runs = {"ours": ours}
-      for threads in (1, 2):
-        runs[f"torch_{threads}t"] = lambda threads=threads: worker.step(threads)
-        runs[f"torch_{threads}t"]()  # warm-up
-      med, times = timing.interleaved_medians(runs, args.repeats)
-    finally:
-      worker.close()
+  if args.skip_torch:  # ours alone: A/B runs of our own step across code versions or settings
+    med, times = timing.interleaved_medians({"ours": ours}, args.repeats)
+  else:
+    with tempfile.TemporaryDirectory() as hf_dir:
+      export_hf_dir(model, cfg, hf_dir)
+      np.savez(os.path.join(hf_dir, "inputs.npz"), **inputs)
+      worker = TorchProcess(hf_dir)
+      try:
+        runs = {"ours": ours}
+        for threads in (1, 2):
+          runs[f"torch_{threads}t"] = lambda threads=threads: worker.step(threads)
+          runs[f"torch_{threads}t"]()  # warm-up
+        med, times = timing.interleaved_medians(runs, args.repeats)
+      finally:
+        worker.close()
   for name, ts in times.items():
     print(f"{name:>9}: median {med[name]:.2f} s = {n * t / med[name]:.0f} tok/s "
           f"(runs: {', '.join(f'{x:.2f}' for x in ts)})")
@@ -266,7 +271,8 @@ def main():
   hardware_flops = model_flops + (2 * p * tokens + attn / 3) + head + recompute
   mfu = model_flops / med["ours"] / rate
   hfu = hardware_flops / med["ours"] / rate
-  ratio = min(med["torch_1t"], med["torch_2t"]) / med["ours"]
+  ratio = (float("nan") if args.skip_torch
+           else min(med["torch_1t"], med["torch_2t"]) / med["ours"])
   print(f"model {args.model}: {p / 1e6:.1f} M parameters; {n} x {t} tokens; "
         f"model TFLOP per step {model_flops / 1e12:.2f}")
   print(f"load average at end: {os.getloadavg()}")
