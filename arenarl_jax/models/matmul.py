@@ -33,15 +33,15 @@ def _flat(a):
   return a.reshape(-1, a.shape[-1])
 
 
-def _accumulation(dtype):
+def accumulation_dtype(dtype):
   """The dtype a product of ``dtype`` inputs accumulates and is written in: float32 for
   bfloat16 (the matrix units' own accumulation), else ``dtype``."""
   return jnp.float32 if jnp.dtype(dtype) == jnp.bfloat16 else dtype
 
 
 def _product(a, b, dims, out_dtype):
-  """``dot_general`` accumulated in ``_accumulation`` and written in ``out_dtype``."""
-  y = jax.lax.dot_general(a, b, (dims, ((), ())), preferred_element_type=_accumulation(a.dtype))
+  """``dot_general`` accumulated in ``accumulation_dtype`` and written in ``out_dtype``."""
+  y = jax.lax.dot_general(a, b, (dims, ((), ())), preferred_element_type=accumulation_dtype(a.dtype))
   return y.astype(out_dtype)
 
 

@@ -22,7 +22,7 @@ import jax.numpy as jnp
 from flax import nnx
 from jax.sharding import Mesh
 
-from arenarl_jax.models import attention_choice, backend
+from arenarl_jax.models import attention_choice, backend, matmul
 from arenarl_jax.models.cpu.attention import CpuAttention
 from arenarl_jax.models.kv_cache import KVCache
 from arenarl_jax.models.rope import rope_tables
@@ -50,9 +50,9 @@ def transposed_kernels(model) -> tuple[tuple[tuple[jax.Array, ...], ...], jax.Ar
 def _matmul(w_ED, x_DN, dtype=None):
   """w @ x in ``dtype`` (default ``x``'s). The barrier keeps XLA from folding a following
   transpose into the product, which would turn it back into the slow (activations-first) form.
-  bfloat16 operands accumulate in float32, as the CPU's bfloat16 matrix units do
-  (``models/matmul.py``)."""
-  acc = jnp.float32 if x_DN.dtype == jnp.bfloat16 else dtype
+  bfloat16 operands accumulate in float32, as the model's other products do
+  (``matmul.accumulation_dtype``)."""
+  acc = dtype or matmul.accumulation_dtype(x_DN.dtype)
   y = jax.lax.dot_general(w_ED, x_DN, (((1,), (0,)), ((), ())), preferred_element_type=acc)
   return jax.lax.optimization_barrier(y.astype(dtype or x_DN.dtype))
 
