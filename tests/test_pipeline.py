@@ -63,6 +63,27 @@ def test_task_bpe_keeps_whole_names_as_one_id_each():
   assert tok.decode(ids) == text and tok.decode(tok.encode(TEXTS[0])) == TEXTS[0]
 
 
+def test_task_bpe_apart_gives_a_name_one_id_in_prose_and_in_calls():
+  names = ("Nortor", "Jade Lotus Noodle House", "Nortor North Railway Station")
+  joined = task_tokenizer.train_bpe(TEXTS, vocab_size=320, whole=names)
+  tok = task_tokenizer.train_bpe(TEXTS, vocab_size=320, whole=names, name_space="apart")
+  assert tok.vocab_size == joined.vocab_size - len(names)  # no " name" ids
+  space = tok.encode(" ")
+  assert len(space) == 1
+  for name in names:
+    (name_id,) = tok.encode(name)
+    assert tok.encode(" " + name) == space + [name_id], name
+  # The query's prose and the call's JSON hold the same id (joined: two unrelated ids).
+  prose, call = "near Jade Lotus Noodle House", '{"keyword": "Jade Lotus Noodle House"}'
+  house = tok.token_to_id("Jade Lotus Noodle House")
+  assert house in tok.encode(prose) and house in tok.encode(call)
+  assert joined.token_to_id("Jade Lotus Noodle House") not in joined.encode(prose)
+  for text in (prose, call, TEXTS[0], "a  Nortor,Nortor North Railway Station"):
+    assert tok.decode(tok.encode(text)) == text
+  with pytest.raises(ValueError, match="model.init.name_space"):
+    task_tokenizer.train_bpe(TEXTS, vocab_size=320, whole=names, name_space="glued")
+
+
 def test_travel_names_are_its_cities_and_places():
   from arenarl_jax.envs import base  # pylint: disable=g-import-not-at-top
   env = base.make_environment("travel")
@@ -169,3 +190,8 @@ def test_name_init_by_kind_gives_each_kind_a_shared_direction():
     name_init.name_ids(plain, {"Western Moon Temple": "place"})
   with pytest.raises(ValueError, match="model.init.name_init"):
     name_init.check("shared")
+  # name_space=apart: one id per name (the space before it is the space's own id).
+  apart = task_tokenizer.train_bpe(TEXTS, vocab_size=320, whole=tuple(kinds), name_space="apart")
+  one = name_init.name_ids(apart, kinds)
+  assert one == {"city": [apart.token_to_id("Nortor"), apart.token_to_id("Zarven")],
+                 "place": [apart.token_to_id(n) for n in list(kinds)[2:]]}

@@ -37,10 +37,17 @@ class ModelInitSettings:
   vocab_size: int = 4096  # task_bpe only
   corpus_tasks: int = 300  # task_bpe only: expert conversations in its training text
   whole_names: bool = False  # task_bpe only: the environment's names() as one id each
+  # task_bpe with whole_names only; joined | apart: a name after a space is a second id of its
+  # own (" name"), or the same id as the bare name after a space token, so that copying a name
+  # from prose (" name") into a call's JSON ("name") repeats one id (text/task_tokenizer.py)
+  name_space: str = "joined"
   # task_bpe only; random | by_kind: whole names' embeddings start random, or as one
   # vector shared by every name of a kind (env.name_kinds(): city, place) plus a random
   # part of the same size (arenarl_jax/sft/name_init.py says why)
   name_init: str = "random"
+  # key-value groups of the first layer whose value and output projections start as a copy of
+  # the attended token (arenarl_jax/sft/copy_heads.py says why); 0 = all random
+  copy_heads: int = 0
   seed: int = 0  # parameter initialisation
 
 

@@ -29,16 +29,24 @@ def check(choice: str) -> str:
 
 
 def name_ids(tokenizer: Tokenizer, kinds: Mapping[str, str]) -> dict[str, list[int]]:
-  """Per kind, the ids of its names in both forms (``name`` and ``" name"``); a name the
-  tokenizer does not keep as one id is an error (the tokenizer was trained without it)."""
+  """Per kind, the ids of its names: ``name`` and, where the tokenizer gives it an id of its own
+  (``model.init.name_space=joined``), ``" name"``; a name the tokenizer does not keep as one id
+  is an error (the tokenizer was trained without it)."""
   out: dict[str, list[int]] = {}
   for name, kind in kinds.items():
-    for form in (name, " " + name):
-      ids = tokenizer.encode(form)
-      if len(ids) != 1:
-        raise ValueError(f"model.init.name_init=by_kind: {form!r} is {len(ids)} ids, not one; "
-                         "it needs model.init.whole_names=True")
-      out.setdefault(kind, []).append(int(ids[0]))
+    bare = tokenizer.encode(name)
+    if len(bare) != 1:
+      raise ValueError(f"model.init.name_init=by_kind: {name!r} is {len(bare)} ids, not one; "
+                       "it needs model.init.whole_names=True")
+    spaced = tokenizer.encode(" " + name)
+    if len(spaced) == 1:  # name_space=joined: " name" is an id of its own
+      forms = [bare[0], spaced[0]]
+    elif len(spaced) == 2 and spaced[1] == bare[0]:  # name_space=apart: a space, then the name
+      forms = [bare[0]]
+    else:
+      raise ValueError(f"model.init.name_init=by_kind: {' ' + name!r} is {len(spaced)} ids, "
+                       "neither one nor a space and the name's id")
+    out.setdefault(kind, []).extend(int(i) for i in forms)
   return out
 
 

@@ -28,7 +28,7 @@ from arenarl_jax.models import config as model_config
 from arenarl_jax.models.loading import load_model, load_tokenizer
 from arenarl_jax.models.settings import ModelSettings
 from arenarl_jax.models.transformer import Transformer, make_model
-from arenarl_jax.sft import name_init, start as start_lib
+from arenarl_jax.sft import copy_heads, name_init, start as start_lib
 from arenarl_jax.sft.settings import StartSettings
 from arenarl_jax.text import task_tokenizer
 from arenarl_jax.text.tokenizer import Tokenizer
@@ -58,7 +58,8 @@ def make_tokenizer(model: ModelSettings, env: Any = None, *, schemas: str = "ful
     tools = compact_schemas.tool_source(env, schemas).tools()
     corpus = env_examples.tokenizer_corpus(env, sft_tasks=int(init.corpus_tasks), tools=tools)
     whole = environment_names(env) if init.whole_names else ()
-    return task_tokenizer.train_bpe(corpus, int(init.vocab_size), whole=whole)
+    return task_tokenizer.train_bpe(corpus, int(init.vocab_size), whole=whole,
+                                    name_space=init.name_space)
   if choice == "smollm2":
     return load_tokenizer("smollm2")
   if os.path.isdir(choice):
@@ -129,6 +130,7 @@ def make_policy(settings: ModelSettings, workdir: str, env: Any = None, *, mesh:
         raise ValueError(f"model.init.name_init=by_kind: environment "
                          f"{getattr(env, 'name', None)!r} has no name_kinds()")
       name_init.init_by_kind(model, tok, kinds(), int(init.seed))
+    copy_heads.init_copy_heads(model, int(init.copy_heads), int(init.seed))
   else:
     # Straight into the run's training mesh: each host reads only the blocks of an HF checkpoint
     # its devices hold, and the trainers take the arrays as placed (same mesh, same rules).

@@ -32,16 +32,29 @@ TAGS = ("<tool_call>", "</tool_call>", "<tool_response>", "</tool_response>", "<
         "</think>", "<tools>", "</tools>")
 
 
-def train_bpe(texts: Iterable[str], vocab_size: int = 2048, whole: Sequence[str] = ()
-              ) -> Tokenizer:
+NAME_SPACES = ("joined", "apart")
+
+
+def train_bpe(texts: Iterable[str], vocab_size: int = 2048, whole: Sequence[str] = (),
+              name_space: str = "joined") -> Tokenizer:
   """A byte-level BPE of ``vocab_size`` ids (specials and tags included) trained on ``texts``,
-  plus one added id for each name in ``whole`` and one for it after a space.
+  plus one added id for each name in ``whole`` and, with ``name_space="joined"``, one for it
+  after a space.
 
   Whole names (``model.init.whole_names``: a travel world's cities and places) turn copying a
   name from the query or a tool result into copying ONE id, which one attention head can learn,
   where a name of three BPE pieces needs an induction circuit that a small model trained from
   scratch for minutes does not form. Added ids match the longest name first, so a name inside a
-  longer one is not split off; decoding gives the text back exactly."""
+  longer one is not split off; decoding gives the text back exactly.
+
+  ``name_space`` (``model.init.name_space``): "joined" gives " name" an id of its own, so the
+  query's " Misty Harbor Hotel" and the call's ``"Misty Harbor Hotel"`` are two unrelated ids and
+  copying one into the other is a per-name mapping that a place seen a dozen times never
+  learns; "apart" keeps one id per name and encodes the space before it as its own token, so
+  the copy repeats the id it reads (one more token per spaced name)."""
+  if name_space not in NAME_SPACES:
+    raise ValueError(f"model.init.name_space: unknown value {name_space!r}; known: "
+                     f"{list(NAME_SPACES)}")
   if vocab_size < 256 + len(SPECIAL) + len(TAGS):
     raise ValueError(f"model.init.vocab_size={vocab_size} is below the 256 byte tokens plus "
                      f"{len(SPECIAL) + len(TAGS)} control and tag tokens")
@@ -53,7 +66,9 @@ def train_bpe(texts: Iterable[str], vocab_size: int = 2048, whole: Sequence[str]
                                 show_progress=False)
   backend.train_from_iterator(list(texts), trainer=trainer)
   backend.add_tokens([tokenizers.AddedToken(t, special=False, normalized=False) for t in TAGS])
-  forms = sorted({form for name in whole if name.strip() for form in (name, " " + name)})
+  spaced = name_space == "joined"
+  forms = sorted({form for name in whole if name.strip()
+                  for form in ((name, " " + name) if spaced else (name,))})
   backend.add_tokens([tokenizers.AddedToken(t, special=False, normalized=False) for t in forms])
   return Tokenizer(backend, eos_id=backend.token_to_id(chat_format.IM_END),
                    pad_id=backend.token_to_id("<|endoftext|>"))
