@@ -34,6 +34,9 @@ class SftSettings:
   # the calls it asks for), many short rows per update: sft/stage.py says why.
   first_turn_steps: int = 0
   first_turn_rows: int = 32
+  # After the first-turn phase, every k-th update on first-turn rows again (0 = none): the
+  # query-to-call copy, learned in the phase, is kept while the long answers are learned.
+  first_turn_every: int = 0
   first_turn_seq_len: int = 256
   # Which expert turns keep their <think> reasoning in the SFT rows: all | calls (the turns
   # that call tools; the answer turn begins with the answer) | none

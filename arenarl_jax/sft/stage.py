@@ -18,6 +18,8 @@ where the policy must copy the query's city, places and dates into its calls. In
 small model trained from scratch spends its updates on the long answers that copy tool results
 a few lines up, and it learns to read the query last. Short rows put eight times as many
 query-to-call copies into an update of about the same cost (benchmarks/README.md, Quickstart).
+``sft.first_turn_every`` = k > 0 makes every k-th later update a first-turn one again: without
+it, the whole rows that follow can unlearn the copy the phase taught.
 """
 from __future__ import annotations
 
@@ -53,6 +55,17 @@ def make_trainer(s: SftSettings, graphdef, params, mesh: Mesh) -> Trainer:
   return Trainer(graphdef, params, mesh, sft_loss.make_sft_loss(),
                  make_optimizer(s.optim(), int(s.steps)), accumulation_steps=s.accumulation_steps,
                  chunk=s.logprob_chunk, remat=s.remat)
+
+
+def phase_at(step: int, copy_steps: int, first_steps: int, every: int) -> str:
+  """Which rows update ``step`` (0-based) trains on: "copy" (the drills), "first_turn" or
+  "whole"; after the first two phases every ``every``-th update is a first-turn one (0: none)."""
+  if step < copy_steps:
+    return "copy"
+  after = step - copy_steps - first_steps  # updates since the first-turn phase ended
+  if after < 0 or (every > 0 and after % every == every - 1):
+    return "first_turn"
+  return "whole"
 
 
 def copy_batch(env: Any, tokenizer: Any, tools, s: SftSettings, *, seed: int,
@@ -97,6 +110,9 @@ def run(s: SftSettings, workdir: str, policy: Policy, env: Any, *, mesh: Mesh, d
   source = builder.data_source(data_path, "sft")
   tools = compact_schemas.tool_source(env, schemas).tools()
   copy_steps, first_steps = int(s.copy_steps), int(s.first_turn_steps)
+  every = int(s.first_turn_every)
+  if every < 0:
+    raise ValueError(f"sft.first_turn_every={every} must be >= 0")
   if copy_steps < 0 or not 0 <= copy_steps + first_steps <= int(s.steps):
     raise ValueError(f"sft.copy_steps={copy_steps} + sft.first_turn_steps={first_steps} must be "
                      f"in [0, sft.steps={s.steps}]")
@@ -106,12 +122,13 @@ def run(s: SftSettings, workdir: str, policy: Policy, env: Any, *, mesh: Mesh, d
   iterators = {phase: iter(pipeline.sft_batches_for(
       s.data, s, source, tokenizer=policy.tokenizer, tools=tools,
       first_turn=phase == "first_turn", name_groups=groups))
-               for phase in (("first_turn",) if first_steps else ()) + ("whole",)}
+               for phase in (("first_turn",) if first_steps or every else ()) + ("whole",)}
 
   def batch_at(step: int):
-    if step < copy_steps:
+    phase = phase_at(step, copy_steps, first_steps, every)
+    if phase == "copy":
       return copy_batch(env, policy.tokenizer, tools, s, seed=int(s.data.seed), step=step)
-    return next(iterators["first_turn" if step < copy_steps + first_steps else "whole"])
+    return next(iterators[phase])
 
   checkpointer = ckpt_lib.Checkpointer(os.path.join(out_dir, "checkpoints"),
                                        every=max(int(s.steps), 1), keep=1)

@@ -68,3 +68,4 @@ def _leaves(model):
   from flax import nnx  # pylint: disable=g-import-not-at-top
   state = nnx.state(model, nnx.Param)
   return {tuple(path): np.asarray(leaf.get_value()) for path, leaf in nnx.to_flat_state(state)}
+
