@@ -52,7 +52,7 @@ def _matmul(w_ED, x_DN, dtype=None):
   transpose into the product, which would turn it back into the slow (activations-first) form.
   bfloat16 operands accumulate in float32, as the model's other products do
   (``matmul.accumulation_dtype``)."""
-  acc = dtype or matmul.accumulation_dtype(x_DN.dtype)
+  acc = matmul.accumulation_dtype(dtype or x_DN.dtype)
   y = jax.lax.dot_general(w_ED, x_DN, (((1,), (0,)), ((), ())), preferred_element_type=acc)
   return jax.lax.optimization_barrier(y.astype(dtype or x_DN.dtype))
 
