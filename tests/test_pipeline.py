@@ -84,6 +84,28 @@ def test_task_bpe_apart_gives_a_name_one_id_in_prose_and_in_calls():
     task_tokenizer.train_bpe(TEXTS, vocab_size=320, whole=names, name_space="glued")
 
 
+def test_task_bpe_whole_numbers_are_one_id_only_as_a_whole_word():
+  numbers = task_tokenizer.whole_numbers()
+  assert len(numbers) == len(set(numbers)) == 2000 + 1000 + 24 * 60
+  assert {"0", "1999", "0.0", "99.9", "00:00", "23:59"} <= set(numbers)
+  tok = task_tokenizer.train_bpe(TEXTS, vocab_size=320, numbers=numbers)
+  plain = task_tokenizer.train_bpe(TEXTS, vocab_size=320)
+  # Figures the BPE already holds as one id (the digits) keep it; every other one is added.
+  assert tok.vocab_size == plain.vocab_size + sum(
+      plain.backend.token_to_id(n) is None for n in numbers)
+  line = "rating 4.6 | ticket ¥40 | open 10:00-17:00 | 1999 m"
+  ids = tok.encode(line)
+  for figure in ("4.6", "40", "10:00", "17:00", "1999"):
+    assert tok.token_to_id(figure) in ids, figure
+  assert tok.encode(" 40") == tok.encode(" ") + [tok.token_to_id("40")]
+  # Never inside a longer word or figure: a train number, a figure above the range, a date.
+  for text, inner in (("G2406", "240"), ("12192", "1219"), ("2026-05-22", "202"),
+                      ("114.9415", "114.9")):
+    assert all(tok.decode([i]) != inner for i in tok.encode(text)), text
+  for text in (line, "G2406 12192 2026-05-22 114.9415,37.9494 (+1 day) 01:26", TEXTS[0]):
+    assert tok.decode(tok.encode(text)) == text
+
+
 def test_travel_names_are_its_cities_and_places():
   from arenarl_jax.envs import base  # pylint: disable=g-import-not-at-top
   env = base.make_environment("travel")
@@ -139,6 +161,23 @@ def test_policy_from_scratch_saves_its_tokenizer(tmp_path):
   assert again.tokenizer.encode("Nortor <|im_end|>") == first.tokenizer.encode("Nortor <|im_end|>")
   with pytest.raises(ValueError, match="model.init.tokenizer"):
     policy_lib.make_tokenizer(ModelSettings.from_config(config.model))
+
+
+def test_policy_rope_theta_replaces_the_presets_and_is_recorded(tmp_path):
+  config = quickstart.get_config("smoke")
+  with config.unlocked():
+    config.model.init.tokenizer = "smollm2"
+  assert pipeline.make_policy(config, str(tmp_path / "a")).cfg.rope_theta == 10_000.0
+  with config.unlocked():
+    config.model.init.rope_theta = 1e6
+  policy = pipeline.make_policy(config, str(tmp_path / "b"))
+  assert policy.cfg.rope_theta == 1e6
+  saved = json.load(open(tmp_path / "b" / "model_config.json"))
+  assert saved["rope_parameters"]["rope_theta"] == 1e6
+  with config.unlocked():
+    config.model.init.rope_theta = -1.0
+  with pytest.raises(ValueError, match="model.init.rope_theta"):
+    pipeline.make_policy(config, str(tmp_path / "c"))
 
 
 def test_trajectory_stats_count_calls_errors_and_finishes():

@@ -48,6 +48,14 @@ class ModelInitSettings:
   # key-value groups of the first layer whose value and output projections start as a copy of
   # the attended token (arenarl_jax/sft/copy_heads.py says why); 0 = all random
   copy_heads: int = 0
+  # task_bpe only: integers 0-1999, one-decimal numbers 0.0-99.9 and clock times HH:MM as one
+  # id each (text/task_tokenizer.py), so a figure read from a tool result is one id to copy
+  whole_numbers: bool = False
+  # > 0: the preset's RoPE base replaced. A head matches content at distance d only in the
+  # rotary pairs that turn little over d (frequency below ~1/d): with head_dim 32 and base
+  # 10,000 that is 3 of 16 pairs at the ~1,500 tokens between an answer and its tool results,
+  # 7 at base 1e6 (sft/policy.py); 0 = the preset's
+  rope_theta: float = 0.0
   seed: int = 0  # parameter initialisation
 
 

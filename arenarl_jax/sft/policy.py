@@ -58,8 +58,9 @@ def make_tokenizer(model: ModelSettings, env: Any = None, *, schemas: str = "ful
     tools = compact_schemas.tool_source(env, schemas).tools()
     corpus = env_examples.tokenizer_corpus(env, sft_tasks=int(init.corpus_tasks), tools=tools)
     whole = environment_names(env) if init.whole_names else ()
+    numbers = task_tokenizer.whole_numbers() if init.whole_numbers else ()
     return task_tokenizer.train_bpe(corpus, int(init.vocab_size), whole=whole,
-                                    name_space=init.name_space)
+                                    name_space=init.name_space, numbers=numbers)
   if choice == "smollm2":
     return load_tokenizer("smollm2")
   if os.path.isdir(choice):
@@ -120,6 +121,11 @@ def make_policy(settings: ModelSettings, workdir: str, env: Any = None, *, mesh:
   if init.preset:
     cfg = dataclasses.replace(model_config.get_preset(init.preset), vocab_size=tok.vocab_size,
                               compute_dtype=settings.compute_dtype)
+    if float(init.rope_theta) > 0:
+      cfg = dataclasses.replace(cfg, rope_theta=float(init.rope_theta))
+    elif float(init.rope_theta) < 0:
+      raise ValueError(f"model.init.rope_theta={init.rope_theta}: must be > 0, or 0 for the "
+                       "preset's")
     model = make_model(cfg, seed=int(init.seed), attention=settings.attention)
     # Like whole_names, a task_bpe setting: another tokenizer has no name ids to place.
     if name_init.check(init.name_init) == "by_kind" and init.tokenizer == "task_bpe":

@@ -35,8 +35,21 @@ TAGS = ("<tool_call>", "</tool_call>", "<tool_response>", "</tool_response>", "<
 NAME_SPACES = ("joined", "apart")
 
 
+def whole_numbers() -> tuple[str, ...]:
+  """The figures ``model.init.whole_numbers`` keeps as one id each: integers 0-1999 (prices,
+  minutes, totals), one-decimal numbers 0.0-99.9 (ratings, kilometres) and clock times
+  00:00-23:59. A byte-level BPE splits a figure into pieces (``" 3406"`` is ``" 3"``, ``"40"``,
+  ``"6"``), so copying one from a tool result needs a circuit that follows a span token by token
+  (induction), which a small model trained from scratch for minutes does not form; as one id the
+  copy is one attention head's work, like a whole name. Larger figures keep their pieces."""
+  ints = (str(i) for i in range(2000))
+  decimals = (f"{i // 10}.{i % 10}" for i in range(1000))
+  times = (f"{h:02d}:{m:02d}" for h in range(24) for m in range(60))
+  return (*ints, *decimals, *times)
+
+
 def train_bpe(texts: Iterable[str], vocab_size: int = 2048, whole: Sequence[str] = (),
-              name_space: str = "joined") -> Tokenizer:
+              name_space: str = "joined", numbers: Sequence[str] = ()) -> Tokenizer:
   """A byte-level BPE of ``vocab_size`` ids (specials and tags included) trained on ``texts``,
   plus one added id for each name in ``whole`` and, with ``name_space="joined"``, one for it
   after a space.
@@ -51,7 +64,12 @@ def train_bpe(texts: Iterable[str], vocab_size: int = 2048, whole: Sequence[str]
   query's " Misty Harbor Hotel" and the call's ``"Misty Harbor Hotel"`` are two unrelated ids and
   copying one into the other is a per-name mapping that a place seen a dozen times never
   learns; "apart" keeps one id per name and encodes the space before it as its own token, so
-  the copy repeats the id it reads (one more token per spaced name)."""
+  the copy repeats the id it reads (one more token per spaced name).
+
+  ``numbers`` (``model.init.whole_numbers``: :func:`whole_numbers`) are added as one id each
+  that match only as a whole word, so ``"40"`` is one id in ``"¥40"`` and ``" 40"`` (a space
+  token, then the figure, as with ``name_space="apart"``) but not inside ``"G2406"`` or
+  ``"1400"``."""
   if name_space not in NAME_SPACES:
     raise ValueError(f"model.init.name_space: unknown value {name_space!r}; known: "
                      f"{list(NAME_SPACES)}")
@@ -70,6 +88,8 @@ def train_bpe(texts: Iterable[str], vocab_size: int = 2048, whole: Sequence[str]
   forms = sorted({form for name in whole if name.strip()
                   for form in ((name, " " + name) if spaced else (name,))})
   backend.add_tokens([tokenizers.AddedToken(t, special=False, normalized=False) for t in forms])
+  backend.add_tokens([tokenizers.AddedToken(t, special=False, normalized=False, single_word=True)
+                      for t in numbers])
   return Tokenizer(backend, eos_id=backend.token_to_id(chat_format.IM_END),
                    pad_id=backend.token_to_id("<|endoftext|>"))
 
