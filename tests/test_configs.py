@@ -125,6 +125,16 @@ def test_the_long_quickstart_changes_only_how_long_it_trains():
       2 * base.sft.steps, 2 * base.sft.first_turn_steps, 240)
 
 
+def test_the_copy_start_differs_from_the_default_start_in_the_stated_keys():
+  module = _load(os.path.join(ROOT, "configs", "quickstart.py"))
+  base, copy = module.get_config(), module.get_config("start=copy")
+  flat_base, flat_copy = _flatten(base.to_dict()), _flatten(copy.to_dict())
+  changed = {k: flat_copy[k] for k in flat_base if flat_base[k] != flat_copy[k]}
+  assert changed == {"model.init.name_space": "apart", "model.init.copy_heads": 2,
+                     "model.init.rope_theta": 1e6, "sampling.max_new_tokens": 296}
+  assert base.model.init.rope_theta == 0.0  # the preset's base: the default start is unchanged
+
+
 def _flatten(tree, prefix=""):
   out = {}
   for k, v in tree.items():
