@@ -54,7 +54,7 @@ class ModelInitSettings:
   # > 0: the preset's RoPE base replaced. A head matches content at distance d only in the
   # rotary pairs that turn little over d (frequency below ~1/d): with head_dim 32 and base
   # 10,000 that is 3 of 16 pairs at the ~1,500 tokens between an answer and its tool results,
-  # 7 at base 1e6 (sft/policy.py); 0 = the preset's
+  # 7 at base 1e6 (benchmarks/README.md, "Reading far back"); 0 = the preset's
   rope_theta: float = 0.0
   seed: int = 0  # parameter initialisation
 
