@@ -252,7 +252,11 @@ def pipeline(config: ml_collections.ConfigDict, workdir: str,
       print(f"RESULT stage=train steps={final_step}")
     return None
   t0 = time.perf_counter()
-  report = evaluator.evaluate(final_params, final_step, second=sft_rows)
+  # No RL update since the start's rollouts: they are the final policy's too (the evaluation's
+  # key is fixed), so the final evaluation reads them instead of rolling out again.
+  same = final_step == 0 and final_params is start_params and sft_rows is not None
+  report = evaluator.evaluate(final_params, final_step, second=sft_rows,
+                              trajectories=sft_rows if same else None)
   times["eval_final_s"] = time.perf_counter() - t0
   if main_process:
     print(f"\nfinal evaluation at RL step {final_step} (noise-free checker, "

@@ -161,6 +161,24 @@ def test_research_smoke_reports_valid_rate_before_and_after(tmp_path, data_dir, 
   check_run_outputs(str(tmp_path), 1)
 
 
+def test_without_rl_the_final_evaluation_reads_the_starts_rollouts(tmp_path, data_dir, capsys,
+                                                                    monkeypatch):
+  from arenarl_jax.eval import run as eval_run  # pylint: disable=import-outside-toplevel
+  calls = []
+  rollouts = eval_run.Evaluator.rollouts
+  monkeypatch.setattr(eval_run.Evaluator, "rollouts",
+                      lambda self, params: calls.append(1) or rollouts(self, params))
+  config = smoke(research_quickstart, data_dir, rl__steps=0)
+  pipeline.pipeline(config, str(tmp_path))
+  result = result_of(capsys.readouterr().out)
+  assert len(calls) == 1  # the step-0 rollouts serve the final evaluation as well
+  assert result["valid_rate"] == result["valid_rate_start"]
+  assert result["met_diff"] == 0.0 and result["met_rate"] == result["met_rate_start"]
+  summaries = read_jsonl(os.path.join(tmp_path, "eval", "summary.jsonl"))
+  assert [s["step"] for s in summaries] == [0, 0]
+  assert summaries[0]["generation"] == summaries[1]["generation"]
+
+
 # --------------------------------------------------------------------------------- qwen3_8b_pod
 def pod_mesh_on(devices: int, config) -> dict[str, int]:
   """The pod config's mesh fitted to ``devices``: its tensor axis, fsdp what is left, data 1."""
