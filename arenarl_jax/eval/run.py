@@ -80,9 +80,15 @@ class Evaluator:
   def rollouts(self, params) -> list[types.Trajectory]:
     """The policy's trajectories of every test task (``eval.group_size`` each, flat)."""
     set_policy(self.sampler, params)
-    batch = self.rollout.run(self.tasks, self.source, group_size=self.settings.group_size,
-                             key=jax.random.key(self.settings.seed), valid=self.env.valid)
-    return compare.flatten(batch.trajectories)
+    g = self.settings.group_size
+    per = max(1, self.settings.max_rows // g) if self.settings.max_rows else len(self.tasks)
+    rows = []
+    for first in range(0, len(self.tasks), per):  # waves of eval.max_rows rows
+      batch = self.rollout.run(self.tasks[first:first + per], self.source, group_size=g,
+                               key=jax.random.key(self.settings.seed), valid=self.env.valid,
+                               first_group=first)
+      rows.extend(compare.flatten(batch.trajectories))
+    return rows
 
   def evaluate(self, params, step: int, *, second: Sequence[types.Trajectory] | None = None,
                trajectories: Sequence[types.Trajectory] | None = None,

@@ -31,9 +31,13 @@ class EvalSettings:
   seed: int = 0  # the bootstrap's resampling seed
   strip_tool_results: str = "auto"  # auto | always | never (module docstring)
   opponent: str = "sft"  # the second opponent's name in the report ("" = references only)
+  # Rows rolled out at once (0 = every task's rows in one batch). A batch's KV caches grow with
+  # its rows; a pretrained model's (SmolLM2: ~46 KB a token) over 250 tasks would not fit a
+  # laptop. A row keeps its global index in its wave, so it samples what it would in one batch.
+  max_rows: int = 0
 
   def __post_init__(self):
-    for name in ("tasks_per_subtask", "every_steps"):
+    for name in ("tasks_per_subtask", "every_steps", "max_rows"):
       if getattr(self, name) < 0:
         raise ValueError(f"eval.{name} must be >= 0, got {getattr(self, name)}")
     if self.group_size < 1:
