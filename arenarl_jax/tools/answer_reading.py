@@ -17,6 +17,7 @@ Per kind and subtask: ``acc``, the share of tokens the policy gives probability 
 
   python -m arenarl_jax.tools.answer_reading --workdir=RUN [--per_subtask=6] [--checkpoint=sft|rl]
   python -m arenarl_jax.tools.answer_reading --config=configs/smollm2_travel.py [--per_subtask=6]
+      [--set=KEY=VALUE ...]
 
 ``--workdir``: the run's SFT (or pinned) start, or its newest RL checkpoint; ``--config``: that
 config's model before any SFT (a pretrained model zero-shot, or the pinned start it loads). The
@@ -117,10 +118,14 @@ def main(argv: Sequence[str] | None = None) -> dict[str, float]:
                       "before any SFT")
   parser.add_argument("--per_subtask", type=int, default=6)
   parser.add_argument("--checkpoint", choices=("sft", "rl"), default="sft")
+  parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                      help="change a config key (e.g. env.schemas=none), as headroom's --set")
   args = parser.parse_args(argv)
   if bool(args.workdir) == bool(args.config):
     parser.error("give one of --workdir (a run) and --config (a config's model before SFT)")
   config = headroom.load_config(args.workdir, args.config)
+  for item in args.set:
+    headroom.set_key(config, item)
   env = base.make_environment_from_config(config.env)
   mesh = pipeline.make_mesh(config)
   if args.workdir:

@@ -64,7 +64,8 @@ def test_a_model_that_copies_reads_names_and_figures_one_that_guesses_does_not(t
 
 
 def test_the_command_on_a_configs_model(capsys):
-  out = answer_reading.main(["--config=configs/quickstart.py:smoke", "--per_subtask=1"])
+  out = answer_reading.main(["--config=configs/quickstart.py:smoke", "--per_subtask=1",
+                             "--set=sft.reasoning=calls"])
   printed = capsys.readouterr().out.strip().splitlines()
   assert printed[-1].startswith("RESULT template_acc=") and "figure_nll=" in printed[-1]
   assert out["tokens"] > 0 and 0.0 <= out["figure_acc"] <= 1.0
