@@ -97,6 +97,12 @@ def keeps_reasoning(message: Mapping[str, Any], reasoning: str) -> bool:
           or (reasoning == "calls" and bool(message.get("tool_calls"))))
 
 
+
+def sft_messages(messages, reasoning: str) -> list:
+  """The conversation as an SFT row shows it: reasoning kept only where ``sft.reasoning`` keeps it."""
+  return [m if keeps_reasoning(m, reasoning) else
+          {k: v for k, v in m.items() if k != "reasoning_content"} for m in messages]
+
 class SFTFeatures:
   """Example -> ``{"tokens_T": int32, "loss_mask_T": float32}`` (length ``seq_len``) at read time.
 
@@ -130,8 +136,7 @@ class SFTFeatures:
   def __call__(self, example: records.Example) -> dict[str, np.ndarray]:
     if not example.messages:
       raise ValueError(f"{example.task_id}: no messages to train on (is this the sft split?)")
-    messages = [m if keeps_reasoning(m, self.reasoning) else
-                {k: v for k, v in m.items() if k != "reasoning_content"} for m in example.messages]
+    messages = sft_messages(example.messages, self.reasoning)
     ids, mask = self.render(messages, self.tokenizer, self.tools or None)
     if len(ids) != len(mask):
       raise ValueError(f"{example.task_id}: render gave {len(ids)} ids but {len(mask)} mask values")

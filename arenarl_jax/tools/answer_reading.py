@@ -68,10 +68,7 @@ def answer_turn(mask: Sequence[int]) -> tuple[int, int]:
   return int(on[breaks[-1] + 1] if len(breaks) else on[0]), int(on[-1]) + 1
 
 
-def sft_view(messages: Sequence[Mapping[str, Any]], reasoning: str) -> list[dict[str, Any]]:
-  """The conversation as an SFT row shows it: reasoning kept only where ``sft.reasoning`` keeps it."""
-  return [dict(m) if data_pipeline.keeps_reasoning(m, reasoning) else
-          {k: v for k, v in m.items() if k != "reasoning_content"} for m in messages]
+sft_view = data_pipeline.sft_messages  # the conversation as an SFT row shows it
 
 
 def measure(logprobs: query_reading.LogProbs, tokenizer: Any,
