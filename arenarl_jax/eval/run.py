@@ -34,6 +34,7 @@ from arenarl_jax.eval import report as report_lib
 from arenarl_jax import types
 from arenarl_jax.envs import compact_schemas
 from arenarl_jax.judges import rubric_judge
+from arenarl_jax.models import backend
 from arenarl_jax.sampling.policy_sampler import make_sampler, sampling_settings, set_policy
 from arenarl_jax.rollout.agent_loop import Rollout
 from arenarl_jax.rollout.settings import PolicySamplingSettings, RolloutSettings
@@ -88,6 +89,7 @@ class Evaluator:
                                key=jax.random.key(self.settings.seed), valid=self.env.valid,
                                first_group=first)
       rows.extend(compare.flatten(batch.trajectories))
+      backend.release_host_memory()  # the next wave's rows need other shapes
     return rows
 
   def evaluate(self, params, step: int, *, second: Sequence[types.Trajectory] | None = None,

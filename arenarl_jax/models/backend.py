@@ -192,6 +192,15 @@ def prepare_process() -> None:
   allocator.reexec_with_retained_heap()
 
 
+def release_host_memory() -> None:
+  """Where a sequence of differently shaped programs ends (an evaluation wave, a cache that moved
+  to a larger size): hand the host heap's free pages back, so that a CPU process running with
+  the retained heap does not keep every shape's temporaries resident (``models/cpu/allocator.py``
+  ``release_free_pages``). A no-op elsewhere."""
+  from arenarl_jax.models.cpu import allocator  # pylint: disable=g-import-not-at-top
+  allocator.release_free_pages()
+
+
 def cpu_kind(amx: bool = False) -> str:
   """The host CPU's instruction-set kind (``avx512``, ``avx2`` or the machine's name; with
   ``amx``, ``+amx`` where it has AMX tiles): what a run records beside results that XLA:CPU's

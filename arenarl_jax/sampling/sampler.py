@@ -75,7 +75,9 @@ class Sampler:
     size = self._cache_size(need)
     if size <= state.cache.n_slots:
       return state
-    return programs.resize(state, n_slots=size, mesh=self.mesh)
+    state = programs.resize(state, n_slots=size, mesh=self.mesh)
+    backend.release_host_memory()  # the smaller buffers' pages: no later size fits in them
+    return state
 
   def set_params(self, params: nnx.State) -> None:
     """New weights (e.g. after a train step); same structure, so nothing recompiles."""
