@@ -106,6 +106,7 @@ def test_release_free_pages_hands_back_what_growing_shapes_left():
   # Nothing is alive, yet the sizes it grew through stay resident (x5/4 steps from 16 MB to
   # 64 MB: about 250 MB) until the pages go back.
   assert int(kept) > 150, out
-  assert int(after) < int(kept) / 2, out
+  # The release hands back most of them (what stays is the compiled programs and the runtime's).
+  assert int(kept) - int(after) > 120, out
   # In this process (no retained heap) it does nothing.
   assert allocator.release_free_pages() == (os.environ.get("MALLOC_MMAP_MAX_") == "0")
