@@ -84,7 +84,7 @@ _GROWING = textwrap.dedent("""
                    static_argnums=1)
     base = rss_mb()
     x, n = jnp.ones((1024, 4096)), 1024
-    while n < 4096:  # 16 MB to 64 MB, x5/4 at a time
+    while n < 8192:  # 16 MB to 128 MB, x5/4 at a time
       n = n * 5 // 4
       x = grow(x, n).block_until_ready()
     del x
@@ -104,9 +104,10 @@ def test_release_free_pages_hands_back_what_growing_shapes_left():
   ran, kept, after = [x for x in out.splitlines() if x.startswith("RSS")][-1].split()[1:]
   assert ran == "True"
   # Nothing is alive, yet the sizes it grew through stay resident (x5/4 steps from 16 MB to
-  # 64 MB: about 250 MB) until the pages go back.
-  assert int(kept) > 150, out
-  # The release hands back most of them (what stays is the compiled programs and the runtime's).
-  assert int(kept) - int(after) > 120, out
+  # 128 MB: about 600 MB) until the pages go back.
+  assert int(kept) > 400, out
+  # The release hands back most of them (what stays, the compiled programs and the runtime's
+  # own, varies by host and by what ran before in the suite's worker: ~60-200 MB).
+  assert int(kept) - int(after) > 250, out
   # In this process (no retained heap) it does nothing.
   assert allocator.release_free_pages() == (os.environ.get("MALLOC_MMAP_MAX_") == "0")
