@@ -97,11 +97,11 @@ def keeps_reasoning(message: Mapping[str, Any], reasoning: str) -> bool:
           or (reasoning == "calls" and bool(message.get("tool_calls"))))
 
 
-
 def sft_messages(messages, reasoning: str) -> list:
   """The conversation as an SFT row shows it: reasoning kept only where ``sft.reasoning`` keeps it."""
   return [m if keeps_reasoning(m, reasoning) else
           {k: v for k, v in m.items() if k != "reasoning_content"} for m in messages]
+
 
 class SFTFeatures:
   """Example -> ``{"tokens_T": int32, "loss_mask_T": float32}`` (length ``seq_len``) at read time.

@@ -68,9 +68,6 @@ def answer_turn(mask: Sequence[int]) -> tuple[int, int]:
   return int(on[breaks[-1] + 1] if len(breaks) else on[0]), int(on[-1]) + 1
 
 
-sft_view = data_pipeline.sft_messages  # the conversation as an SFT row shows it
-
-
 def measure(logprobs: query_reading.LogProbs, tokenizer: Any,
             conversations: Mapping[str, Sequence[Any]], names: Sequence[str], *,
             tools: Sequence[Mapping[str, Any]] | None = None, reasoning: str = "all"
@@ -79,7 +76,7 @@ def measure(logprobs: query_reading.LogProbs, tokenizer: Any,
   out: dict[tuple[str, str], list[float]] = {}
   for subtask, rows in conversations.items():
     for _, _, messages in rows:
-      ids, mask = messages_lib.render_ids(tokenizer, sft_view(messages, reasoning), tools=tools)
+      ids, mask = messages_lib.render_ids(tokenizer, data_pipeline.sft_messages(messages, reasoning), tools=tools)
       start, end = answer_turn(mask)
       nll = -np.asarray(logprobs(ids), np.float64)  # nll[t] scores ids[t + 1]
       pieces = [tokenizer.decode([int(i)]) for i in ids[start:end]]

@@ -32,12 +32,17 @@ _SCRIPT = textwrap.dedent("""
 """)
 
 
-def _run(extra_env: dict[str, str]) -> tuple[str | None, list[int]]:
+def _python(script: str, **extra_env: str) -> str:
+  """``script``'s stdout in a fresh CPU process without any of the allocator variables."""
   env = {k: v for k, v in os.environ.items()
          if k not in allocator.RETAINED_HEAP and k != allocator.OPT_OUT}
   env.update(JAX_PLATFORMS="cpu", XLA_FLAGS="", **extra_env)
-  out = subprocess.run([sys.executable, "-c", _SCRIPT], env=env, capture_output=True, text=True,
-                       timeout=300, check=True).stdout
+  return subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True,
+                        timeout=300, check=True).stdout
+
+
+def _run(extra_env: dict[str, str]) -> tuple[str | None, list[int]]:
+  out = _python(_SCRIPT, **extra_env)
   line = [x for x in out.splitlines() if x.startswith("ARENA")][-1].split()
   return (None if line[1] == "None" else line[1]), [int(x) for x in line[3:]]
 
@@ -96,11 +101,7 @@ _GROWING = textwrap.dedent("""
 
 @pytest.mark.skipif(not GLIBC, reason="the settings are glibc's")
 def test_release_free_pages_hands_back_what_growing_shapes_left():
-  env = {k: v for k, v in os.environ.items()
-         if k not in allocator.RETAINED_HEAP and k != allocator.OPT_OUT}
-  env.update(JAX_PLATFORMS="cpu", XLA_FLAGS="")
-  out = subprocess.run([sys.executable, "-c", _GROWING], env=env, capture_output=True, text=True,
-                       timeout=300, check=True).stdout
+  out = _python(_GROWING)
   ran, kept, after = [x for x in out.splitlines() if x.startswith("RSS")][-1].split()[1:]
   assert ran == "True"
   # Nothing is alive, yet the sizes it grew through stay resident (x5/4 steps from 16 MB to

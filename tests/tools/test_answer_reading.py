@@ -4,6 +4,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from arenarl_jax.data import pipeline as data_pipeline
 from arenarl_jax.envs import base
 from arenarl_jax.text import task_tokenizer
 from arenarl_jax.tools import answer_reading, query_reading
@@ -27,9 +28,9 @@ def test_answer_turn_is_the_last_run_of_trained_tokens():
 def test_sft_view_keeps_reasoning_where_the_setting_does():
   call = {"role": "assistant", "content": "", "reasoning_content": "r", "tool_calls": [{}]}
   answer = {"role": "assistant", "content": "a", "reasoning_content": "r"}
-  view = answer_reading.sft_view([call, answer], "calls")
+  view = data_pipeline.sft_messages([call, answer], "calls")
   assert "reasoning_content" in view[0] and "reasoning_content" not in view[1]
-  assert all("reasoning_content" in m for m in answer_reading.sft_view([call, answer], "all"))
+  assert all("reasoning_content" in m for m in data_pipeline.sft_messages([call, answer], "all"))
 
 
 @pytest.fixture(scope="module")

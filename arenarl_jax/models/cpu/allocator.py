@@ -42,6 +42,10 @@ OPT_OUT = "ARENARL_MALLOC"  # =default: keep glibc's defaults
 _ACCELERATOR_PLUGINS = ("jax-cuda", "jax_cuda", "jax-rocm", "jax_rocm", "libtpu")
 
 
+def _glibc_linux() -> bool:
+  return sys.platform == "linux" and platform.libc_ver()[0] == "glibc"
+
+
 def _accelerator_plugin_installed() -> bool:
   names = (dist.metadata["Name"] or "" for dist in importlib.metadata.distributions())
   return any(name.lower().startswith(_ACCELERATOR_PLUGINS) for name in names)
@@ -63,7 +67,7 @@ def wants_retained_heap(environ=None) -> bool:
   environ = os.environ if environ is None else environ
   if environ.get(OPT_OUT, "") == "default":
     return False
-  if sys.platform != "linux" or platform.libc_ver()[0] != "glibc":
+  if not _glibc_linux():
     return False
   if any(name in environ for name in RETAINED_HEAP):
     return False
@@ -84,7 +88,7 @@ def reexec_with_retained_heap() -> None:
 @functools.lru_cache(maxsize=1)
 def _malloc_trim():
   """glibc's ``malloc_trim`` where this process runs with ``RETAINED_HEAP``, else None."""
-  if sys.platform != "linux" or platform.libc_ver()[0] != "glibc":
+  if not _glibc_linux():
     return None
   if os.environ.get("MALLOC_MMAP_MAX_") != RETAINED_HEAP["MALLOC_MMAP_MAX_"]:
     return None  # glibc's own trimming and mmap'd blocks already return freed memory
