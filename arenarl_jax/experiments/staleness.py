@@ -40,7 +40,7 @@ NOT_SHAPING = (
     # Logging, progress bars, TensorBoard, and how often SFT logs.
     "metrics", "sft.log_every",
     # Checkpoint cadence and retention (the runner starts every run in a fresh workdir).
-    "checkpoint",
+    "checkpoint", "sft.checkpoint_every",
     # How fast records are read: grain's threads and prefetch (the same records, same order).
     "data.read_threads", "data.prefetch",
     # Names and addresses of the machinery: the judge's API-key variable, the coordinator.

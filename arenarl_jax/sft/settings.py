@@ -56,6 +56,9 @@ class SftSettings:
   induction_len: int = 64
   induction_lr: float = 3e-3
   log_every: int = 10  # steps between metric rows (and the progress bar's loss)
+  # Updates between the stage's checkpoints (and one at the end; 0 = only at the end): a stage
+  # killed mid-way (out of memory, preempted) resumes from the newest, not from its first update.
+  checkpoint_every: int = 100
   data: DataSettings = outside(DataSettings(), "data")
   logprob_chunk: int = outside(64, "rl.logprob_chunk")
   remat: str = outside(REMAT_TRAINING_DEFAULT, "model.remat")

@@ -8,8 +8,10 @@ and tool turns, 0 on the system turn), and minimises the weighted mean of -log p
 ``data.sft_bucket``: the same loss without the trailing padding) with the trainer RL uses too
 (``trainer.Trainer``: the same sharding, donation, accumulation, clip + AdamW; ``sft.*`` sets
 the optimizer). Writes ``<workdir>/sft/metrics.jsonl`` (+ TensorBoard; the SFT curve) and an
-orbax checkpoint in ``<workdir>/sft/checkpoints`` holding the state and the data position; a rerun resumes from it, and a finished SFT stage is just read
-back (the pipeline's RL stage and the evaluation's starting policy both start from it).
+orbax checkpoint in ``<workdir>/sft/checkpoints`` holding the state and the data position, every
+``sft.checkpoint_every`` updates and at the end: a rerun resumes from the newest, and a finished
+SFT stage is just read back (the pipeline's RL stage and the evaluation's starting policy both
+start from it).
 
 ``sft.first_turn_steps`` > 0: the first updates train on ``sft.first_turn_rows`` conversations of
 at most ``sft.first_turn_seq_len`` tokens, each cut after its first assistant turn, the rest on
@@ -36,6 +38,7 @@ from arenarl_jax import checkpoint as ckpt_lib
 from arenarl_jax import hosts, metrics as metrics_lib
 from arenarl_jax.data import builder, pipeline, records
 from arenarl_jax.envs import compact_schemas
+from arenarl_jax.models import backend
 from arenarl_jax.sft import induction, loss as sft_loss
 from arenarl_jax.sft.policy import Policy
 from arenarl_jax.sft.settings import SftSettings
@@ -130,8 +133,16 @@ def run(s: SftSettings, workdir: str, policy: Policy, env: Any, *, mesh: Mesh, d
       return copy_batch(env, policy.tokenizer, tools, s, seed=int(s.data.seed), step=step)
     return next(iterators[phase])
 
+  every_save = int(s.checkpoint_every)
+  if every_save < 0:
+    raise ValueError(f"sft.checkpoint_every={every_save} must be >= 0 (0: only at the end)")
   checkpointer = ckpt_lib.Checkpointer(os.path.join(out_dir, "checkpoints"),
-                                       every=max(int(s.steps), 1), keep=1)
+                                       every=every_save or max(int(s.steps), 1), keep=1)
+
+  def save(step: int):
+    checkpointer.save(step, state, {
+        "step": step, "data": {phase: pipeline.position(it) for phase, it in iterators.items()}})
+
   start = 0
   latest = checkpointer.latest_step()
   if latest is not None:
@@ -164,12 +175,15 @@ def run(s: SftSettings, workdir: str, policy: Policy, env: Any, *, mesh: Mesh, d
                                    "time/step_s": elapsed / max(int(s.log_every), 1),
                                    "assistant_tokens_s": tokens_since / max(elapsed, 1e-9)})
         bar.set_postfix(loss=f"{last['loss']:.3f}")
+        # The dispatched updates are done here: hand back the pages that other batch widths'
+        # temporaries left, or the retained heap keeps every width's (models/cpu/allocator.py).
+        backend.release_host_memory()
         t_log, tokens_since = time.perf_counter(), 0.0
+      if checkpointer.due(done) and done < int(s.steps):
+        save(done)
       bar.update(1)
     if int(s.steps) not in checkpointer.all_steps():
-      checkpointer.save(int(s.steps), state, {
-          "step": int(s.steps),
-          "data": {phase: pipeline.position(it) for phase, it in iterators.items()}})
+      save(int(s.steps))
   finally:
     bar.close()
     writer.close()

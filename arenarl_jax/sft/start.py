@@ -41,9 +41,10 @@ BUILD_READS = ("seed", "model.init", "model.compute_dtype", "env", "data", "sft"
                "eval.tasks_per_subtask", "eval.seed", "sampling.max_new_tokens",
                "sampling.max_turns", "sampling.cache_len", "sampling.top_p", "sampling.top_k",
                "rollout.max_total_tokens", "rollout.max_observation_tokens", "rollout.system")
-# ... except these: where data is kept, how fast it is read, how often SFT logs, and settings of
-# the checker (not the records, the weights nor the verifier).
+# ... except these: where data is kept, how fast it is read, how often SFT logs and saves, and
+# settings of the checker (not the records, the weights nor the verifier).
 NOT_READ = ("data.dir", "data.read_threads", "data.prefetch", "sft.log_every",
+            "sft.checkpoint_every",
             "env.travel.wrong_fact_cost", "env.research.cache_dir", "env.mcp")
 
 
