@@ -179,11 +179,10 @@ def run(s: SftSettings, workdir: str, policy: Policy, env: Any, *, mesh: Mesh, d
         # temporaries left, or the retained heap keeps every width's (models/cpu/allocator.py).
         backend.release_host_memory()
         t_log, tokens_since = time.perf_counter(), 0.0
-      if checkpointer.due(done) and done < int(s.steps):
+      if checkpointer.due(done):
         save(done)
       bar.update(1)
-    if int(s.steps) not in checkpointer.all_steps():
-      save(int(s.steps))
+    save(int(s.steps))  # Checkpointer.save skips a step already saved
   finally:
     bar.close()
     writer.close()
