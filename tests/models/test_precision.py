@@ -99,11 +99,28 @@ def test_bf16_cache_and_float32_gradients():
   assert all(np.isfinite(np.asarray(g)).all() for g in leaves)
 
 
+def _log_prob_agreement(want_NTV, got_NTV, tokens_NT) -> tuple[float, float]:
+  """(mean KL(float32 ‖ bf16) per position in nats, max |Δ log p| of the text's next tokens):
+  what the policy's ratio and KL penalty see of the compute dtype."""
+  want, got = jax.nn.log_softmax(want_NTV, -1), jax.nn.log_softmax(got_NTV, -1)
+  kl = float(jnp.mean(jnp.sum(jnp.exp(want) * (want - got), -1)))
+  nxt = tokens_NT[:, 1:, None]
+  delta = (jnp.take_along_axis(want[:, :-1], nxt, -1) - jnp.take_along_axis(got[:, :-1], nxt, -1))
+  return kl, float(jnp.max(jnp.abs(delta)))
+
+
 def test_bf16_compute_is_close_to_float32_on_smollm2(smollm2):
+  """Thirty bf16 layers: asked of what training reads (log-probabilities and top-1), not of the
+  single largest logit error, which moves with code generation alone (max |Δ| / max |logit| is
+  0.012 under XLA's defaults and 0.020 under the suite's compile flags on an AVX-512 machine,
+  the same program otherwise). Measured there: KL 4.5e-4 nats, max |Δ log p| 0.092."""
   cfg, model = smollm2
   assert cfg.compute_dtype == "float32" and model.embed[...].dtype == jnp.float32
   _, bf16 = loading.with_compute_dtype(cfg, model, "bfloat16")
   ids = loading.load_tokenizer("smollm2").encode(TEXT)
   tokens_NT = jnp.asarray([ids], jnp.int32)
-  rel, top1 = _agreement(_logits(model, tokens_NT), _logits(bf16, tokens_NT))
-  assert rel <= 2e-2 and top1 >= 0.99, (rel, top1, len(ids))
+  want, got = _logits(model, tokens_NT), _logits(bf16, tokens_NT)
+  assert not np.array_equal(want, got)  # bf16 really ran
+  _, top1 = _agreement(want, got)
+  kl, max_delta = _log_prob_agreement(want, got, tokens_NT)
+  assert top1 >= 0.99 and kl <= 2e-3 and max_delta <= 0.2, (top1, kl, max_delta, len(ids))
