@@ -268,6 +268,30 @@ def test_query_reading_reads_a_runs_workdir(runs, dataset_dir, tmp_path, capsys)
     query_reading.main([f"--workdir={runs[0]}"])
 
 
+def test_headroom_rolls_out_a_runs_policy_and_a_killed_roll_out_resumes_exactly(
+    runs, dataset_dir, tmp_path, capsys):
+  from arenarl_jax.tools import headroom  # pylint: disable=g-import-not-at-top
+  work = tmp_path / "one"
+  shutil.copytree(runs[0], work)
+  config = pipeline_run.make_config(str(dataset_dir), overrides=OVERRIDES)
+  (work / "config.json").write_text(config.to_json_best_effort(indent=2))
+  args = [f"--workdir={work}", "--k=1", "--tasks_per_subtask=1", "--set=eval.max_rows=2"]
+  out = headroom.main(args)  # 5 tasks, one per wave of 2 rows
+  assert out["tasks"] == 5 and out["k"] == 1
+  whole = (work / "headroom" / "eval_valid_k1.jsonl").read_text()
+  lines = whole.splitlines(keepends=True)
+  assert len(lines) == 1 + 5 * 2 and '"policy": "RL step' in lines[0]
+  # Killed in the third wave, halfway through a line: the resumed file is the unbroken one.
+  killed = work / "headroom" / "killed.jsonl"
+  killed.write_text("".join(lines[:6]) + lines[6][:40])
+  capsys.readouterr()
+  assert headroom.main([*args, f"--resume={killed}"]) == out
+  assert "(2 tasks resumed)" in capsys.readouterr().out
+  assert killed.read_text() == whole
+  with pytest.raises(SystemExit):
+    headroom.main([f"--file={killed}", f"--resume={killed}"])
+
+
 def test_two_processes_sample_their_own_groups_and_end_like_one_process(runs):
   one, two = runs
   # Groups: each process rolled out its own half; together, the one-process groups exactly.

@@ -78,17 +78,30 @@ class Evaluator:
     self.dir = os.path.join(workdir, EVAL_DIR)
     self.places = query_places(env)
 
-  def rollouts(self, params) -> list[types.Trajectory]:
-    """The policy's trajectories of every test task (``eval.group_size`` each, flat)."""
-    set_policy(self.sampler, params)
+  def tasks_per_wave(self) -> int:
+    """How many tasks' groups one wave of at most ``eval.max_rows`` rows holds (all: 0)."""
     g = self.settings.group_size
-    per = max(1, self.settings.max_rows // g) if self.settings.max_rows else len(self.tasks)
+    return max(1, self.settings.max_rows // g) if self.settings.max_rows else len(self.tasks)
+
+  def rollouts(self, params, *, first_task: int = 0,
+               on_wave: Callable[[list[types.Trajectory]], None] | None = None
+               ) -> list[types.Trajectory]:
+    """The policy's trajectories of every test task from ``first_task`` on (``eval.group_size``
+    each, flat), handed to ``on_wave`` as each wave of ``eval.max_rows`` rows finishes. A
+    task's groups draw their keys by its index, so a roll-out resumed at a wave's first task
+    (a multiple of ``tasks_per_wave``) batches its rows as an unbroken one does and continues
+    it exactly."""
+    set_policy(self.sampler, params)
+    g, per = self.settings.group_size, self.tasks_per_wave()
     rows = []
-    for first in range(0, len(self.tasks), per):  # waves of eval.max_rows rows
+    for first in range(first_task, len(self.tasks), per):  # waves of eval.max_rows rows
       batch = self.rollout.run(self.tasks[first:first + per], self.source, group_size=g,
                                key=jax.random.key(self.settings.seed), valid=self.env.valid,
                                first_group=first)
-      rows.extend(compare.flatten(batch.trajectories))
+      wave = compare.flatten(batch.trajectories)
+      rows.extend(wave)
+      if on_wave is not None:
+        on_wave(wave)
       backend.release_host_memory()  # the next wave's rows need other shapes
     return rows
 

@@ -23,11 +23,14 @@ greedy row names only ``finished`` (which others it misses is unknown): it count
 everything, under the one family ``any (greedy unfinished)``, gained when a sample finished.
 
   python -m arenarl_jax.tools.headroom --workdir=RUN [--config=configs/quickstart.py[:arg]]
-      [--split=valid] [--k=8] [--tasks_per_subtask=50] [--set=KEY=VALUE ...]
+      [--split=valid] [--k=8] [--tasks_per_subtask=50] [--set=KEY=VALUE ...] [--resume=FILE]
 
 rolls out the run's newest RL checkpoint (else its SFT one) with the run's ``config.json`` (or
 ``--config``'s file; ``--set`` changes any config key, e.g. ``sampling.temperature=1.0``) and
-writes the groups to ``RUN/headroom/eval_<split>_k<k>.jsonl`` (never overwritten: ``_1``, ...);
+writes the groups to ``RUN/headroom/eval_<split>_k<k>.jsonl`` (never overwritten: ``_1``, ...)
+as each wave of ``eval.max_rows`` rows finishes; ``--resume=FILE`` continues a killed roll-out
+from its last whole wave, with the same groups an unbroken one writes (a long roll-out on a CPU
+may span several sittings);
 
   python -m arenarl_jax.tools.headroom [--workdir=RUN | --config=...] --file=GROUPS.jsonl
 
@@ -156,10 +159,52 @@ def set_key(config: Any, item: str) -> None:
   config.update_from_flattened_dict({key: new})
 
 
+SUMMARY_KEYS = ("policy", "split", "k", "temperature", "tasks_per_subtask", "max_rows")
+
+
+def resume_point(path: str, header: Mapping[str, Any], task_ids: Sequence[str],
+                 tasks_per_wave: int) -> int:
+  """How many tasks a killed roll-out's file ``path`` holds in whole waves; the file is cut back
+  to them (a half-written last line and an unfinished wave go). Its summary must match
+  ``header`` and its groups the first of ``task_ids`` in order, or it belongs to another
+  roll-out: a ValueError naming the file and what differs."""
+  import json  # pylint: disable=g-import-not-at-top
+  with open(path, encoding="utf-8") as f:
+    whole, _, _ = f.read().rpartition("\n")  # what follows the last newline was cut mid-line
+  records = []
+  for n, line in enumerate(whole.split("\n"), 1):
+    if not line.strip():
+      continue
+    try:
+      records.append((line, json.loads(line)))
+    except json.JSONDecodeError as e:
+      raise ValueError(f"{path}:{n}: not valid JSON ({e.msg} at column {e.colno})") from None
+  if not records or records[0][1].get("kind") != "summary":
+    raise ValueError(f"{path}: no summary line first; not a headroom roll-out")
+  summary = records[0][1]
+  differ = [f"{key} {summary.get(key)!r} != {header[key]!r}" for key in SUMMARY_KEYS
+            if summary.get(key) != header[key]]
+  if differ:
+    raise ValueError(f"{path}: another roll-out's file ({'; '.join(differ)})")
+  group = int(header["k"]) + 1
+  rows = [r for _, r in records[1:]]
+  done = len(rows) // group // tasks_per_wave * tasks_per_wave
+  for i, row in enumerate(rows[:done * group]):
+    want = task_ids[i // group] if i // group < len(task_ids) else None
+    if row.get("task_id") != want or row.get("index") != i:
+      raise ValueError(f"{path}: trajectory {i} is task {row.get('task_id')!r} at index "
+                       f"{row.get('index')!r}; this roll-out's is {want!r} at {i}")
+  with open(path, "w", encoding="utf-8") as f:
+    f.writelines(line + "\n" for line, _ in records[:1 + done * group])
+  return done
+
+
 def roll_out(config: Any, env: Any, workdir: str, split: str, k: int,
-             tasks_per_subtask: int) -> str:
+             tasks_per_subtask: int, resume: str = "") -> str:
   """Groups of k + 1 trajectories of the split's tasks by the run's newest RL (else SFT)
-  policy, written with their verdicts to ``<workdir>/headroom/``; returns the file's path."""
+  policy, written with their verdicts to ``<workdir>/headroom/`` as each wave of
+  ``eval.max_rows`` rows finishes; returns the file's path. ``resume``: a killed roll-out's
+  file, continued from its last whole wave (the groups come out as unbroken ones would)."""
   import json  # pylint: disable=g-import-not-at-top
   import os  # pylint: disable=g-import-not-at-top
   from flax import nnx  # pylint: disable=g-import-not-at-top
@@ -176,19 +221,36 @@ def roll_out(config: Any, env: Any, workdir: str, split: str, k: int,
   name = f"RL step {step}" if step else (
       "SFT" if pipeline.sft_in_job(config) else
       "pinned start" if StartSettings.from_config(config.start).loads else "initial")
-  trajectories = pipeline.make_evaluator(config, env, policy, workdir, mesh).rollouts(params)
-  f, path = jsonl.create_jsonl(os.path.join(workdir, "headroom"), f"eval_{split}_k{k}")
-  with f:
-    f.write(json.dumps({"kind": "summary", "policy": name, "split": split, "k": k,
-                        "temperature": float(config.sampling.temperature)}) + "\n")
-    for index, t in enumerate(trajectories):
+  evaluator = pipeline.make_evaluator(config, env, policy, workdir, mesh)
+  header = {"kind": "summary", "policy": name, "split": split, "k": k,
+            "temperature": float(config.sampling.temperature),
+            "tasks_per_subtask": tasks_per_subtask, "max_rows": int(config.eval.max_rows)}
+  if resume:
+    path = resume
+    first = resume_point(path, header, [t.id for t in evaluator.tasks],
+                         evaluator.tasks_per_wave())
+    f = open(path, "a", encoding="utf-8")  # pylint: disable=consider-using-with
+  else:
+    first = 0
+    f, path = jsonl.create_jsonl(os.path.join(workdir, "headroom"), f"eval_{split}_k{k}")
+    f.write(json.dumps(header) + "\n")
+  index = first * (k + 1)
+
+  def write(wave: Sequence[types.Trajectory]) -> None:
+    nonlocal index
+    for t in wave:
       f.write(json.dumps(jsonl.jsonable({
           "kind": "trajectory", "index": index, "task_id": t.metadata.get("task_id"),
           "subtask": types.subtask_of(t), "query": t.query, "finish_reason": t.finish_reason,
           **env.verify(t).as_dict(), "messages": list(t.messages),
           "metadata": dict(t.metadata)}), ensure_ascii=False) + "\n")
-  print(f"{path}: {len(trajectories)} trajectories of the {name} policy, row 0 greedy, the "
-        f"others at temperature {float(config.sampling.temperature):g}")
+      index += 1
+    f.flush()
+
+  with f:
+    evaluator.rollouts(params, first_task=first, on_wave=write)
+  print(f"{path}: {index} trajectories of the {name} policy ({first} tasks resumed), row 0 "
+        f"greedy, the others at temperature {float(config.sampling.temperature):g}")
   return path
 
 
@@ -230,11 +292,14 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
                       "--file's groups have their own)")
   parser.add_argument("--tasks_per_subtask", type=int, default=50, help="0 = all")
   parser.add_argument("--file", default="", help="groups to report on instead of rolling out")
+  parser.add_argument("--resume", default="", help="a killed roll-out's file to continue")
   parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                       help="a config key, e.g. sampling.temperature=1.0")
   args = parser.parse_args(argv)
   if not args.file and not args.workdir:
     parser.error("give --workdir (to roll out its policy) or --file")
+  if args.resume and (args.file or not args.workdir):
+    parser.error("--resume continues a roll-out: give it with --workdir, without --file")
   if args.k < 1:
     parser.error(f"--k must be >= 1, got {args.k}")
   config = load_config(args.workdir, args.config)
@@ -242,7 +307,7 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     set_key(config, item)
   env = base.make_environment_from_config(config.env)
   path = args.file or roll_out(config, env, args.workdir, args.split, args.k,
-                               args.tasks_per_subtask)
+                               args.tasks_per_subtask, args.resume)
   subtasks, met_BG, solved_BG, unmet_BG = verify_groups(env, jsonl.read_jsonl(path))
   kwargs = {"samples": int(config.eval.bootstrap_samples), "seed": int(config.eval.seed)}
   out = headroom(met_BG, solved_BG, unmet_BG, **kwargs)

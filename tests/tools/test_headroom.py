@@ -124,3 +124,47 @@ def test_the_command_sets_keys_and_needs_a_source(travel_groups, tmp_path, capsy
   with pytest.raises(ValueError, match="group sizes"):
     path.write_text("".join(json.dumps(r) + "\n" for r in rows[:4]))
     hr.main([f"--file={path}"])
+
+
+HEADER = {"kind": "summary", "policy": "SFT", "split": "valid", "k": 1, "temperature": 0.8,
+          "tasks_per_subtask": 3, "max_rows": 4}
+
+
+def _killed_file(path, tail):
+  """A roll-out of k = 1 killed after three tasks' groups, then ``tail`` (a half-written line)."""
+  rows = [{"kind": "trajectory", "index": i, "task_id": f"t{i // 2}"} for i in range(6)]
+  path.write_text("".join(json.dumps(r) + "\n" for r in [HEADER, *rows]) + tail)
+  return rows
+
+
+def test_a_killed_roll_out_resumes_from_its_last_whole_wave(tmp_path):
+  path = tmp_path / "eval_valid_k1.jsonl"
+  rows = _killed_file(path, '{"kind": "traj')
+  # Waves of 2 tasks: the third task's wave never finished, so it is rolled out again.
+  assert hr.resume_point(str(path), HEADER, ["t0", "t1", "t2", "t3"], tasks_per_wave=2) == 2
+  kept = [json.loads(line) for line in path.read_text().splitlines()]
+  assert kept == [HEADER, *rows[:4]]
+  # Cutting is idempotent, and waves of one task keep every whole group.
+  assert hr.resume_point(str(path), HEADER, ["t0", "t1", "t2"], tasks_per_wave=1) == 2
+  _killed_file(path, "")
+  assert hr.resume_point(str(path), HEADER, ["t0", "t1", "t2"], tasks_per_wave=1) == 3
+
+
+@pytest.mark.parametrize("change, match", [
+    ({"k": 2}, r"another roll-out's file \(k 1 != 2\)"),
+    ({"temperature": 1.0, "max_rows": 8}, r"temperature 0.8 != 1.0; max_rows 4 != 8"),
+])
+def test_resuming_another_roll_outs_file_is_refused(tmp_path, change, match):
+  path = tmp_path / "g.jsonl"
+  _killed_file(path, "")
+  with pytest.raises(ValueError, match=match):
+    hr.resume_point(str(path), {**HEADER, **change}, ["t0", "t1", "t2"], tasks_per_wave=1)
+  with pytest.raises(ValueError, match=r"trajectory 2 is task 't1' at index 2; this roll-out's "
+                     r"is 'u1' at 2"):
+    hr.resume_point(str(path), HEADER, ["t0", "u1", "t2"], tasks_per_wave=1)
+  path.write_text(json.dumps(HEADER) + "\n{broken\n" + json.dumps(HEADER) + "\n")
+  with pytest.raises(ValueError, match=r"g.jsonl:2: not valid JSON"):
+    hr.resume_point(str(path), HEADER, ["t0"], tasks_per_wave=1)
+  path.write_text(json.dumps({"kind": "trajectory"}) + "\n")
+  with pytest.raises(ValueError, match="no summary line first"):
+    hr.resume_point(str(path), HEADER, ["t0"], tasks_per_wave=1)
