@@ -159,7 +159,7 @@ def set_key(config: Any, item: str) -> None:
   config.update_from_flattened_dict({key: new})
 
 
-SUMMARY_KEYS = ("policy", "split", "k", "temperature", "tasks_per_subtask", "max_rows")
+SUMMARY_KEYS = ("policy", "split", "k", "temperature", "seed", "tasks_per_subtask", "max_rows")
 
 
 def resume_point(path: str, header: Mapping[str, Any], task_ids: Sequence[str],
@@ -223,7 +223,7 @@ def roll_out(config: Any, env: Any, workdir: str, split: str, k: int,
       "pinned start" if StartSettings.from_config(config.start).loads else "initial")
   evaluator = pipeline.make_evaluator(config, env, policy, workdir, mesh)
   header = {"kind": "summary", "policy": name, "split": split, "k": k,
-            "temperature": float(config.sampling.temperature),
+            "temperature": float(config.sampling.temperature), "seed": int(config.eval.seed),
             "tasks_per_subtask": tasks_per_subtask, "max_rows": int(config.eval.max_rows)}
   if resume:
     path = resume

@@ -127,7 +127,7 @@ def test_the_command_sets_keys_and_needs_a_source(travel_groups, tmp_path, capsy
 
 
 HEADER = {"kind": "summary", "policy": "SFT", "split": "valid", "k": 1, "temperature": 0.8,
-          "tasks_per_subtask": 3, "max_rows": 4}
+          "seed": 0, "tasks_per_subtask": 3, "max_rows": 4}
 
 
 def _killed_file(path, tail):
