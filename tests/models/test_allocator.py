@@ -12,6 +12,7 @@ import pytest
 from arenarl_jax.models.cpu import allocator
 
 GLIBC = sys.platform == "linux" and platform.libc_ver()[0] == "glibc"
+GLIBC_VERSION = tuple(int(x) for x in platform.libc_ver()[1].split(".")[:2]) if GLIBC else ()
 
 # Calls a program whose output (64 MB) lies above glibc's largest mmap threshold sixteen times and
 # prints the minor page faults of the last six calls (the heap settles within the first few).
@@ -87,28 +88,36 @@ _GROWING = textwrap.dedent("""
       return int(open("/proc/self/statm").read().split()[1]) * 4096 / 2**20
     grow = jax.jit(lambda x, n: jnp.pad(x * 1.5, ((0, n - x.shape[0]), (0, 0))),
                    static_argnums=1)
+    def grow_and_drop():
+      x, n = jnp.ones((1024, 4096)), 1024
+      while n < 8192:  # 16 MB to 128 MB, x5/4 at a time
+        n = n * 5 // 4
+        x = grow(x, n).block_until_ready()
+      # The last buffers are freed on the runtime's thread, a little later: the release waits.
+    # A first pass compiles every shape's program (memory that stays, as it should), so that
+    # the second pass measures only what the growing buffers leave.
+    grow_and_drop()
+    allocator.release_free_pages()
     base = rss_mb()
-    x, n = jnp.ones((1024, 4096)), 1024
-    while n < 8192:  # 16 MB to 128 MB, x5/4 at a time
-      n = n * 5 // 4
-      x = grow(x, n).block_until_ready()
-    del x
+    grow_and_drop()
     kept = rss_mb()
     ran = allocator.release_free_pages()
     print("RSS", ran, round(kept - base), round(rss_mb() - base))
 """)
 
 
-@pytest.mark.skipif(not GLIBC, reason="the settings are glibc's")
+@pytest.mark.skipif(not GLIBC or GLIBC_VERSION < (2, 33),
+                    reason="the settings are glibc's; the release waits through glibc >= 2.33's mallinfo2")
 def test_release_free_pages_hands_back_what_growing_shapes_left():
   out = _python(_GROWING)
   ran, kept, after = [x for x in out.splitlines() if x.startswith("RSS")][-1].split()[1:]
   assert ran == "True"
-  # Nothing is alive, yet the sizes it grew through stay resident (x5/4 steps from 16 MB to
-  # 128 MB: about 600 MB) until the pages go back.
-  assert int(kept) > 400, out
-  # The release hands back most of them (what stays, the compiled programs and the runtime's
-  # own, varies by host and by what ran before in the suite's worker: ~60-200 MB).
-  assert int(kept) - int(after) > 250, out
+  # Nothing is alive, yet much of the sizes it grew through (x5/4 steps from 16 MB to 128 MB:
+  # 664 MB in all; measured 379-681 MB resident, as the heap coalesces and reuses some) stays
+  # resident until the pages go back.
+  assert int(kept) > 250, out
+  # The release hands back all but what a heap's bookkeeping keeps (the programs compiled in the
+  # first pass are in the base).
+  assert int(after) < 0.2 * int(kept), out
   # In this process (no retained heap) it does nothing.
   assert allocator.release_free_pages() == (os.environ.get("MALLOC_MMAP_MAX_") == "0")
