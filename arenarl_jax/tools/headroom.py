@@ -159,7 +159,10 @@ def set_key(config: Any, item: str) -> None:
   config.update_from_flattened_dict({key: new})
 
 
-SUMMARY_KEYS = ("policy", "split", "k", "temperature", "seed", "tasks_per_subtask", "max_rows")
+SUMMARY_KEYS = ("policy", "split", "k", "temperature", "top_p", "top_k", "seed",
+                "tasks_per_subtask", "max_rows")
+# Summaries written before truncation was recorded sampled without it.
+_UNRECORDED = {"top_p": 1.0, "top_k": 0}
 
 
 def resume_point(path: str, header: Mapping[str, Any], task_ids: Sequence[str],
@@ -182,8 +185,9 @@ def resume_point(path: str, header: Mapping[str, Any], task_ids: Sequence[str],
   if not records or records[0][1].get("kind") != "summary":
     raise ValueError(f"{path}: no summary line first; not a headroom roll-out")
   summary = records[0][1]
-  differ = [f"{key} {summary.get(key)!r} != {header[key]!r}" for key in SUMMARY_KEYS
-            if summary.get(key) != header[key]]
+  recorded = {key: summary.get(key, _UNRECORDED.get(key)) for key in SUMMARY_KEYS}
+  differ = [f"{key} {recorded[key]!r} != {header[key]!r}" for key in SUMMARY_KEYS
+            if recorded[key] != header[key]]
   if differ:
     raise ValueError(f"{path}: another roll-out's file ({'; '.join(differ)})")
   group = int(header["k"]) + 1
@@ -223,7 +227,9 @@ def roll_out(config: Any, env: Any, workdir: str, split: str, k: int,
       "pinned start" if StartSettings.from_config(config.start).loads else "initial")
   evaluator = pipeline.make_evaluator(config, env, policy, workdir, mesh)
   header = {"kind": "summary", "policy": name, "split": split, "k": k,
-            "temperature": float(config.sampling.temperature), "seed": int(config.eval.seed),
+            "temperature": float(config.sampling.temperature),
+            "top_p": float(config.sampling.top_p), "top_k": int(config.sampling.top_k),
+            "seed": int(config.eval.seed),
             "tasks_per_subtask": tasks_per_subtask, "max_rows": int(config.eval.max_rows)}
   if resume:
     path = resume
@@ -250,7 +256,8 @@ def roll_out(config: Any, env: Any, workdir: str, split: str, k: int,
   with f:
     evaluator.rollouts(params, first_task=first, on_wave=write)
   print(f"{path}: {index} trajectories of the {name} policy ({first} tasks resumed), row 0 "
-        f"greedy, the others at temperature {float(config.sampling.temperature):g}")
+        f"greedy, the others at temperature {float(config.sampling.temperature):g}, top-p "
+        f"{float(config.sampling.top_p):g}, top-k {int(config.sampling.top_k)}")
   return path
 
 

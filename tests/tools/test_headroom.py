@@ -127,7 +127,7 @@ def test_the_command_sets_keys_and_needs_a_source(travel_groups, tmp_path, capsy
 
 
 HEADER = {"kind": "summary", "policy": "SFT", "split": "valid", "k": 1, "temperature": 0.8,
-          "seed": 0, "tasks_per_subtask": 3, "max_rows": 4}
+          "top_p": 1.0, "top_k": 0, "seed": 0, "tasks_per_subtask": 3, "max_rows": 4}
 
 
 def _killed_file(path, tail):
@@ -153,6 +153,7 @@ def test_a_killed_roll_out_resumes_from_its_last_whole_wave(tmp_path):
 @pytest.mark.parametrize("change, match", [
     ({"k": 2}, r"another roll-out's file \(k 1 != 2\)"),
     ({"temperature": 1.0, "max_rows": 8}, r"temperature 0.8 != 1.0; max_rows 4 != 8"),
+    ({"top_p": 0.9}, r"top_p 1.0 != 0.9"),
 ])
 def test_resuming_another_roll_outs_file_is_refused(tmp_path, change, match):
   path = tmp_path / "g.jsonl"
@@ -168,3 +169,14 @@ def test_resuming_another_roll_outs_file_is_refused(tmp_path, change, match):
   path.write_text(json.dumps({"kind": "trajectory"}) + "\n")
   with pytest.raises(ValueError, match="no summary line first"):
     hr.resume_point(str(path), HEADER, ["t0"], tasks_per_wave=1)
+
+
+def test_a_summary_without_truncation_keys_resumes_only_untruncated(tmp_path):
+  path = tmp_path / "old.jsonl"
+  _killed_file(path, "")
+  old = {k: v for k, v in HEADER.items() if k not in ("top_p", "top_k")}
+  lines = path.read_text().splitlines()
+  path.write_text("\n".join([json.dumps(old), *lines[1:]]) + "\n")
+  assert hr.resume_point(str(path), HEADER, ["t0", "t1", "t2"], tasks_per_wave=1) == 3
+  with pytest.raises(ValueError, match=r"top_k 0 != 40"):
+    hr.resume_point(str(path), {**HEADER, "top_k": 40}, ["t0", "t1", "t2"], tasks_per_wave=1)
