@@ -25,28 +25,54 @@ import study_folder  # tests/experiments/study_folder.py
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 
 
-def _command(folder):
+def _log(folder, stream):
+  return folder.with_name(f"{folder.name}.{stream}.txt")
+
+
+def _start(folder):
+  """The study's smoke command, started; its output goes to files beside ``folder`` (a pipe that
+  is not read while another process is waited on would stall it once full)."""
   env = {**os.environ, "XLA_FLAGS": xla_flags.with_devices(1)}
-  proc = subprocess.run([sys.executable, "-m", "arenarl_jax.experiments.run", str(folder),
-                         "--preset=smoke", f"--out={folder}"], cwd=ROOT, env=env,
-                        capture_output=True, text=True, timeout=900, check=False)
-  assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
-  return proc.stdout
+  with open(_log(folder, "stdout"), "w") as out, open(_log(folder, "stderr"), "w") as err:
+    return folder, subprocess.Popen(
+        [sys.executable, "-m", "arenarl_jax.experiments.run", str(folder), "--preset=smoke",
+         f"--out={folder}"], cwd=ROOT, env=env, stdout=out, stderr=err)
+
+
+def _finish(*started):
+  """Each started command's stdout once all have ended; a failure or timeout stops the rest."""
+  try:
+    for _, proc in started:
+      proc.wait(timeout=900)
+  finally:
+    for _, proc in started:
+      if proc.poll() is None:
+        proc.kill()
+        proc.wait()
+  outs = []
+  for folder, proc in started:
+    stdout = _log(folder, "stdout").read_text()
+    assert proc.returncode == 0, stdout[-3000:] + _log(folder, "stderr").read_text()[-3000:]
+    outs.append(stdout)
+  return outs
 
 
 @pytest.fixture(scope="module")
 def studies(tmp_path_factory):
+  # Processes run two at a time, one per core (each is mostly a single-threaded compile and a
+  # small model's steps): the research study needs nothing of the travel ones, and the two later
+  # travel studies only read the topology study's copied SFT stage.
   topo = study_folder.copy_study(tmp_path_factory, ROOT / "experiments" / "topologies")
-  topo_out = _command(topo)
-  sizes = study_folder.copy_study(tmp_path_factory, ROOT / "experiments" / "group_size")
+  research = study_folder.copy_study(tmp_path_factory, ROOT / "experiments" / "valid_generation")
+  topo_out, research_out = _finish(_start(topo), _start(research))
   (sft_dir,) = [p for p in (topo / "work").iterdir() if p.name.startswith("sft_")]
-  shutil.copytree(sft_dir, sizes / "work" / sft_dir.name)
-  sizes_out = _command(sizes)
-  versus = study_folder.copy_study(tmp_path_factory, ROOT / "experiments" / "arena_vs_pointwise")
-  shutil.copytree(sft_dir, versus / "work" / sft_dir.name)
-  versus_out = _command(versus)
-  return {"topologies": (topo, topo_out), "group_size": (sizes, sizes_out),
-          "arena_vs_pointwise": (versus, versus_out)}
+  later = {}
+  for name in ("group_size", "arena_vs_pointwise"):
+    later[name] = study_folder.copy_study(tmp_path_factory, ROOT / "experiments" / name)
+    shutil.copytree(sft_dir, later[name] / "work" / sft_dir.name)
+  outs = dict(zip(later, _finish(*[_start(folder) for folder in later.values()])))
+  return {"topologies": (topo, topo_out), "valid_generation": (research, research_out),
+          **{name: (later[name], outs[name]) for name in later}}
 
 
 def _block(folder):
@@ -111,9 +137,8 @@ def test_arena_vs_pointwise_smoke_spends_equal_judge_budgets(studies):
   assert "| arena_pwsat | 41.8 | 12.0 | n/a |" in block and "| grpo_pwsat | 16.4 | 12.0 |" in block
 
 
-def test_valid_generation_smoke_reports_finish_reasons(tmp_path_factory):
-  folder = study_folder.copy_study(tmp_path_factory, ROOT / "experiments" / "valid_generation")
-  stdout = _command(folder)
+def test_valid_generation_smoke_reports_finish_reasons(studies):
+  folder, stdout = studies["valid_generation"]
   assert "ran 1 run(s), skipped 0" in stdout
   (result,) = runner.load_results(folder, study_lib.load(folder, "smoke").runs)
   assert result["result"]["test_tasks"] == len(result["tasks"])
