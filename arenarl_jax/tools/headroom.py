@@ -256,8 +256,8 @@ def roll_out(config: Any, env: Any, workdir: str, split: str, k: int,
   with f:
     evaluator.rollouts(params, first_task=first, on_wave=write)
   print(f"{path}: {index} trajectories of the {name} policy ({first} tasks resumed), row 0 "
-        f"greedy, the others at temperature {float(config.sampling.temperature):g}, top-p "
-        f"{float(config.sampling.top_p):g}, top-k {int(config.sampling.top_k)}")
+        f"greedy, the others at temperature {header['temperature']:g}, top-p "
+        f"{header['top_p']:g}, top-k {header['top_k']}")
   return path
 
 
