@@ -15,6 +15,7 @@ import time
 
 import jax
 import ml_collections
+import numpy as np
 from flax import nnx
 from jax.sharding import Mesh
 
@@ -35,7 +36,9 @@ from arenarl_jax.rl.settings import (AdvantageSettings, LossSettings, OptimSetti
 from arenarl_jax.rollout.settings import PolicySamplingSettings, RolloutSettings
 from arenarl_jax.sampling.layout import sampling_mesh
 from arenarl_jax.settings import CheckpointSettings, MetricsSettings
+from arenarl_jax.sft import delta
 from arenarl_jax.sft import policy as policy_lib
+from arenarl_jax.sft.policy import with_params
 from arenarl_jax.sft import stage
 from arenarl_jax.sft import start as start_lib
 from arenarl_jax.sft.settings import SftSettings, StartSettings
@@ -130,13 +133,6 @@ def make_experience(config: ml_collections.ConfigDict, env, policy, tasks, judge
 
 
 # ------------------------------------------------------------------------------ the stages
-def with_params(model, params):
-  """``model`` (nnx) with its weights replaced by ``params`` (a pure dict; arrays kept as is)."""
-  graphdef, state = nnx.split(model)
-  nnx.replace_by_pure_dict(state, params)
-  return nnx.merge(graphdef, state)
-
-
 def rl_params(config: ml_collections.ConfigDict, workdir: str, model, mesh: Mesh | None = None):
   """The newest RL checkpoint's parameters (pure dict) and its step, or (None, 0) when there is
   none; restored onto ``mesh`` (the config's when not given)."""
@@ -276,6 +272,10 @@ def build_start(config: ml_collections.ConfigDict, workdir: str, env, policy, pa
   start's folder (``sft/start.py``) with its record; prints the table and a RESULT line."""
   repo = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
   commit, dirty = start_lib.git_state(repo)  # before the build writes into the package
+  start, sft = StartSettings.from_config(config.start), sft_settings(config)
+  tensors, delta_info = None, None
+  if start.delta_rank > 0 or sft.adapter_rank > 0:  # evaluate what a later load reconstructs
+    params, tensors, delta_info = _delta_start(config, workdir, env, mesh, params)
   report = make_evaluator(config, env, policy, workdir, mesh).evaluate(params, 0)
   if jax.process_index() != 0:
     return report
@@ -286,10 +286,12 @@ def build_start(config: ml_collections.ConfigDict, workdir: str, env, policy, pa
                         "sha256": start_lib.dataset_digest(data_path)},
             "sft": start_lib.curve_summary(os.path.join(workdir, stage.SFT_DIR)),
             "validation": start_lib.validation(report), "cpu": backend.cpu_kind(),
-            "wall_s": round(time.perf_counter() - t_build, 1)}
-  directory = start_lib.write(start_lib.start_dir(StartSettings.from_config(config.start)),
+            "wall_s": round(time.perf_counter() - t_build, 1),
+            **({"delta": delta_info} if delta_info else {})}
+  directory = start_lib.write(start_lib.start_dir(start),
                               model=with_params(policy.model, hosts.host_copy(params)),
-                              cfg=policy.cfg, tokenizer=policy.tokenizer, record=record)
+                              cfg=policy.cfg, tokenizer=policy.tokenizer, record=record,
+                              delta_tensors=tensors)
   v = record["validation"]["overall"]
   print(f"start {config.start.name!r} written to {directory} (greedy, {v['tasks']} "
         f"{config.eval.split} tasks):\n{report.table()}")
@@ -298,6 +300,29 @@ def build_start(config: ml_collections.ConfigDict, workdir: str, env, policy, pa
       f"{k}={v[k]:.4f}" for k in keys if k in v) + f" tasks={v['tasks']} dirty={int(dirty)} "
         f"wall_s={record['wall_s']:.1f}")
   return report
+
+
+def _delta_start(config: ml_collections.ConfigDict, workdir: str, env, mesh: Mesh, params):
+  """(the delta start's parameters as a load rebuilds them, the stored tensors, the record's
+  ``delta`` block): an adapter's tensors as trained, else the fine-tune's delta cut to
+  ``start.delta_rank`` (``sft/delta.py``)."""
+  start, sft = StartSettings.from_config(config.start), sft_settings(config)
+  rank = int(sft.adapter_rank) or int(start.delta_rank)
+  if sft.adapter_rank > 0 and start.delta_rank not in (0, sft.adapter_rank):
+    raise ValueError(f"start.delta_rank={start.delta_rank} with sft.adapter_rank="
+                     f"{sft.adapter_rank}: an adapter's start is stored at the adapter's rank "
+                     "(leave start.delta_rank at 0 or equal)")
+  base_policy = make_policy(config, workdir, env, mesh)
+  base = nnx.to_pure_dict(nnx.state(base_policy.model))
+  name = config.model.init.preset or config.model.source
+  if sft.adapter_rank > 0:
+    trained = stage.restore_trained(sft, workdir, base_policy, mesh)
+    return delta.pin(base, trained, rank=rank, dtype=start.delta_dtype, base_name=name)
+  tuned = hosts.host_copy(params)
+  flat_base = {k: np.asarray(v, np.float32)
+               for k, v in delta.flat_params(hosts.host_copy(base)).items()}
+  cut = delta.factorize(flat_base, delta.flat_params(tuned), rank, start.delta_dtype)
+  return delta.pin(base, cut, rank=rank, dtype=start.delta_dtype, base_name=name, tuned=tuned)
 
 
 def export(config: ml_collections.ConfigDict, workdir: str, path: str = "") -> str:

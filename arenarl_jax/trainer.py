@@ -236,7 +236,7 @@ class Trainer:
 
   def __init__(self, graphdef, params_shape, mesh: Mesh, loss: Loss,
                optimizer: optax.GradientTransformation, *, accumulation_steps: int = 1,
-               chunk: int = 64, remat: str = remat_lib.TRAINING_DEFAULT):
+               chunk: int = 64, remat: str = remat_lib.TRAINING_DEFAULT, ref_shape=None):
     self.remat = remat_lib.check(remat)
     self.graphdef, self.mesh, self.loss, self.optimizer = graphdef, mesh, loss, optimizer
     self.accumulation_steps = int(accumulation_steps)
@@ -249,8 +249,14 @@ class Trainer:
     step = functools.partial(train_step, graphdef=graphdef, loss=loss, optimizer=optimizer,
                              accumulation_steps=self.accumulation_steps, chunk=chunk,
                              rows=self.rows, remat=remat)
-    # A loss without a reference takes ref_params=None (no second copy of the weights).
-    ref_shardings = self.param_shardings if loss.uses_reference else None
+    # A loss without a reference takes ref_params=None (no second copy of the weights). The
+    # reference has the trained parameters' layout unless ``ref_shape`` says otherwise (an
+    # adapter trains small tensors against a frozen base: ``sft/adapter.py``).
+    ref_shardings = None
+    if loss.uses_reference:
+      ref_shardings = (self.param_shardings if ref_shape is None
+                       else sharding.param_shardings(ref_shape, mesh))
+    self.ref_shardings = ref_shardings
     # Both compile with the backend's training options (on CPU: Eigen's products).
     self.step = backend.jit(
         step, kind=backend.TRAINING,

@@ -95,6 +95,8 @@ def start_digest(config: ml_collections.ConfigDict) -> dict[str, Any] | None:
   with open(record_path, encoding="utf-8") as f:
     record = json.load(f)
   weights = os.path.join(directory, WEIGHTS)
+  if not os.path.isfile(weights):  # a delta start stores only what SFT changed
+    weights = os.path.join(directory, start_lib.DELTA_FILE)
   return {"settings_hash": record.get("settings_hash"),
           "weights_sha256": sha256(weights) if os.path.isfile(weights) else None}
 

@@ -20,6 +20,7 @@ import shutil
 from typing import Any
 
 import jax
+from flax import nnx
 from jax.sharding import Mesh
 
 from arenarl_jax.data import env_examples
@@ -28,7 +29,7 @@ from arenarl_jax.models import config as model_config
 from arenarl_jax.models.loading import load_model, load_tokenizer
 from arenarl_jax.models.settings import ModelSettings
 from arenarl_jax.models.transformer import Transformer, make_model
-from arenarl_jax.sft import copy_heads, name_init, start as start_lib
+from arenarl_jax.sft import copy_heads, delta, name_init, start as start_lib
 from arenarl_jax.sft.settings import StartSettings
 from arenarl_jax.text import task_tokenizer
 from arenarl_jax.text.tokenizer import Tokenizer
@@ -42,6 +43,13 @@ class Policy:
   cfg: model_config.ModelConfig
   model: Transformer
   tokenizer: Tokenizer
+
+
+def with_params(model: Transformer, params: Any) -> Transformer:
+  """``model`` (nnx) with its weights replaced by ``params`` (a pure dict; arrays kept as is)."""
+  graphdef, state = nnx.split(model)
+  nnx.replace_by_pure_dict(state, params)
+  return nnx.merge(graphdef, state)
 
 
 def make_tokenizer(model: ModelSettings, env: Any = None, *, schemas: str = "full") -> Tokenizer:
@@ -90,12 +98,14 @@ def tokenizer_for(model: ModelSettings, workdir: str, env: Any = None, *,
   return tok
 
 
-def start_policy(model: ModelSettings, start: StartSettings, workdir: str, mesh: Mesh) -> Policy:
+def start_policy(model: ModelSettings, start: StartSettings, workdir: str, mesh: Mesh,
+                 env: Any = None, schemas: str = "full") -> Policy:
   """The pinned start ``start.name`` (``sft/start.py``): its weights, placed on ``mesh``, and
   its tokenizer, which is copied to ``<workdir>/tokenizer`` so every later stage of the run
-  reads the same ids."""
+  reads the same ids. A delta start is its base (made as ``model.*`` says, checked against the
+  recorded digest) plus the stored delta."""
   directory = start_lib.start_dir(start)
-  start_lib.read_record(directory)  # a clear error when the folder is not a start
+  record = start_lib.read_record(directory)  # a clear error when the folder is not a start
   path = os.path.join(workdir, TOKENIZER_DIR)
   if jax.process_index() == 0 and not os.path.isfile(os.path.join(path, "tokenizer.json")):
     os.makedirs(path, exist_ok=True)
@@ -103,6 +113,18 @@ def start_policy(model: ModelSettings, start: StartSettings, workdir: str, mesh:
       if name.startswith("tokenizer") or name == "special_tokens_map.json":
         shutil.copy(os.path.join(directory, name), os.path.join(path, name))
   tok = Tokenizer.from_hf_dir(directory)
+  delta_path = os.path.join(directory, start_lib.DELTA_FILE)
+  if os.path.isfile(delta_path):
+    base = make_policy(model, workdir, env, mesh=mesh, schemas=schemas)  # reads the copied ids
+    flat = delta.flat_params(nnx.to_pure_dict(nnx.state(base.model)))
+    want = record.get("delta", {}).get("base_sha256")
+    if delta.digest(flat) != want:
+      raise ValueError(f"{delta_path}: the base weights (model.source={model.source!r}, "
+                       f"model.init.preset={model.init.preset!r}) are not the ones this delta "
+                       f"was built on (SHA-256 {want}); rebuild the start")
+    params = delta.nested_params(delta.apply(flat, delta.load(delta_path)),
+                                 nnx.to_pure_dict(nnx.state(base.model)))
+    return Policy(base.cfg, with_params(base.model, params), tok)
   cfg, loaded = load_model(directory, compute_dtype=model.compute_dtype,
                            attention=model.attention, use_cache=False, mesh=mesh)
   return Policy(cfg, loaded, tok)
@@ -115,7 +137,7 @@ def make_policy(settings: ModelSettings, workdir: str, env: Any = None, *, mesh:
   the run's ``mesh`` by the partition rules. ``schemas`` (``env.schemas``): the tools as a
   ``task_bpe`` tokenizer's corpus shows them."""
   if start.loads:
-    return start_policy(settings, start, workdir, mesh)
+    return start_policy(settings, start, workdir, mesh, env, schemas)
   tok = tokenizer_for(settings, workdir, env, schemas=schemas)
   init = settings.init
   if init.preset:

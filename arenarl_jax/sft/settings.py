@@ -55,6 +55,10 @@ class SftSettings:
   induction_rows: int = 8
   induction_len: int = 64
   induction_lr: float = 3e-3
+  # 0: SFT updates every parameter. r > 0: the base stays frozen and SFT trains a rank-r update
+  # of each block matrix and the norm scales (sft/adapter.py): a fine-tuned pretrained model's
+  # start is then stored exactly, and small (start.delta_rank).
+  adapter_rank: int = 0
   log_every: int = 10  # steps between metric rows (and the progress bar's loss)
   # Updates between the stage's checkpoints (and one at the end; 0 = only at the end): a stage
   # killed mid-way (out of memory, preempted) resumes from the newest, not from its first update.
@@ -84,6 +88,11 @@ class StartSettings:
   name: str = ""
   build: bool = False  # True: this run builds start.name (SFT, greedy eval on eval.split, write)
   dir: str = ""  # the start's folder instead of arenarl_jax/starts/<name> (tests, experiments)
+  # 0: the start stores its whole weights (a model trained from scratch is small). > 0: only a
+  # rank-r delta against the weights SFT began from (model.source, or the preset's seeded init),
+  # which is how a fine-tuned pretrained model fits in the repository (sft/delta.py).
+  delta_rank: int = 0
+  delta_dtype: str = "bfloat16"  # of the stored factors: bfloat16 | float32
 
   @classmethod
   def from_config(cls, section: Any, **extra: Any) -> "StartSettings":

@@ -39,7 +39,7 @@ from arenarl_jax import hosts, metrics as metrics_lib
 from arenarl_jax.data import builder, pipeline, records
 from arenarl_jax.envs import compact_schemas
 from arenarl_jax.models import backend
-from arenarl_jax.sft import induction, loss as sft_loss
+from arenarl_jax.sft import adapter, delta, induction, loss as sft_loss
 from arenarl_jax.sft.policy import Policy
 from arenarl_jax.sft.settings import SftSettings
 from arenarl_jax.trainer import Trainer, make_optimizer
@@ -53,11 +53,32 @@ def dataset_path(data: Any, env: Any) -> str:
   return builder.build(builder.make_source_config(data, env), data.dir or None)
 
 
+def trainable(s: SftSettings, params) -> Any:
+  """What SFT updates: the model's parameters, or with ``sft.adapter_rank`` > 0 the adapter's
+  starting tensors for them (``sft/adapter.py``)."""
+  if int(s.adapter_rank) <= 0:
+    return params
+  if int(s.induction_steps) > 0:
+    raise ValueError("sft.adapter_rank > 0 with sft.induction_steps > 0: the induction drills "
+                     "change the base the adapter is stored against; use one or the other")
+  return adapter.init(delta.flat_params(params), int(s.adapter_rank), int(s.data.seed))
+
+
 def make_trainer(s: SftSettings, graphdef, params, mesh: Mesh) -> Trainer:
-  """The SFT stage's trainer: the SFT loss and ``sft.*``'s optimizer over ``sft.steps``."""
-  return Trainer(graphdef, params, mesh, sft_loss.make_sft_loss(),
-                 make_optimizer(s.optim(), int(s.steps)), accumulation_steps=s.accumulation_steps,
-                 chunk=s.logprob_chunk, remat=s.remat)
+  """The SFT stage's trainer: the SFT loss and ``sft.*``'s optimizer over ``sft.steps``; with an
+  adapter its state holds the adapter's tensors and its reference slot the frozen ``params``."""
+  loss = sft_loss.make_sft_loss()
+  train = trainable(s, params)
+  if train is not params:
+    loss = adapter.make_loss(loss)
+  return Trainer(graphdef, train, mesh, loss, make_optimizer(s.optim(), int(s.steps)),
+                 accumulation_steps=s.accumulation_steps, chunk=s.logprob_chunk,
+                 remat=s.remat, ref_shape=params if train is not params else None)
+
+
+def _frozen(trainer: Trainer, params):
+  """The step's reference argument: the frozen base under an adapter, else None."""
+  return jax.device_put(params, trainer.ref_shardings) if trainer.loss.uses_reference else None
 
 
 def phase_at(step: int, copy_steps: int, first_steps: int, every: int) -> str:
@@ -107,7 +128,8 @@ def run(s: SftSettings, workdir: str, policy: Policy, env: Any, *, mesh: Mesh, d
     params, _ = induction.run(s, graphdef, params, mesh, policy.tokenizer,
                               policy.cfg.vocab_size, os.path.join(workdir, induction.DRILL_DIR))
   trainer = make_trainer(s, graphdef, params, mesh)
-  state = trainer.init_state(params)
+  state = trainer.init_state(trainable(s, params))
+  frozen = _frozen(trainer, params)
   del params
 
   source = builder.data_source(data_path, "sft")
@@ -165,7 +187,7 @@ def run(s: SftSettings, workdir: str, policy: Policy, env: Any, *, mesh: Mesh, d
       t = hosts.global_max(pipeline.trained_width(local["loss_mask_NT"],
                                                   int(s.data.sft_bucket)))
       batch = trainer.put_batch(pipeline.cut(local, t))
-      state, m = trainer.step(state, None, batch)
+      state, m = trainer.step(state, frozen, batch)
       tokens_since += float((local["loss_mask_NT"] == 1).sum())
       done = step + 1
       if done % max(int(s.log_every), 1) == 0 or done == int(s.steps):
@@ -187,15 +209,25 @@ def run(s: SftSettings, workdir: str, policy: Policy, env: Any, *, mesh: Mesh, d
     bar.close()
     writer.close()
     checkpointer.close()
+  if frozen is not None:
+    return adapter.weights(frozen, state.params), last
   return state.params, last
 
 
 def restore_params(s: SftSettings, workdir: str, policy: Policy, mesh: Mesh):
   """The finished SFT stage's parameters from ``<workdir>/sft/checkpoints`` (pure dict), placed
-  on the run's ``mesh``."""
+  on the run's ``mesh``; ``policy.model`` holds the weights SFT began from (an adapter's base)."""
+  base = nnx.to_pure_dict(nnx.state(policy.model))
+  tensors = restore_trained(s, workdir, policy, mesh)
+  return adapter.weights(base, tensors) if int(s.adapter_rank) > 0 else tensors
+
+
+def restore_trained(s: SftSettings, workdir: str, policy: Policy, mesh: Mesh):
+  """What the finished SFT stage trained (``trainable``): the parameters, or the adapter's
+  tensors (flat, by ``sft/delta.py``'s names)."""
   graphdef, params = nnx.split(policy.model)
   trainer = make_trainer(s, graphdef, nnx.to_pure_dict(params), mesh)
-  state = trainer.init_state(nnx.to_pure_dict(params))
+  state = trainer.init_state(trainable(s, nnx.to_pure_dict(params)))
   checkpointer = ckpt_lib.Checkpointer(os.path.join(workdir, SFT_DIR, "checkpoints"),
                                        every=1, keep=1)
   try:

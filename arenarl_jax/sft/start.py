@@ -2,7 +2,9 @@
 
 ``start.name`` names it: a folder ``arenarl_jax/starts/<name>/`` (package data, so an installed
 wheel carries it) or, with ``start.dir``, any folder. It holds the weights (``model.safetensors``
-and ``config.json``, the HF layout ``models/loading.py`` reads), the tokenizer and ``START.json``:
+and ``config.json``, the HF layout ``models/loading.py`` reads) or, with ``start.delta_rank`` > 0,
+only their low-rank delta against the weights SFT began from (``delta.safetensors``,
+``sft/delta.py``), the tokenizer and ``START.json``:
 
   commit, dirty       the code that built it (git; ``dirty`` when the tree had changes)
   settings, settings_hash
@@ -15,6 +17,8 @@ and ``config.json``, the HF layout ``models/loading.py`` reads), the tokenizer a
                       (met, total, content met, valid, finish reason)
   cpu, wall_s         the machine kind that built it (reproduction is exact on that kind) and
                       the build's wall time
+  delta               (a delta start) rank, dtype, bytes, and the base: its source and the
+                      SHA-256 of its weights, checked when the start loads
 
 ``--config.start.build=True`` (``configs/quickstart.py:build_start``) builds it: SFT as the
 config says, the validation evaluation, then the folder. A run with ``start.name`` and no build
@@ -31,13 +35,17 @@ import subprocess
 from typing import Any, Mapping
 
 from arenarl_jax import config_tree
+from arenarl_jax.models.config import to_hf_config
 from arenarl_jax.models.safetensors_io import export_hf_dir
+from arenarl_jax.sft import delta
 from arenarl_jax.sft.settings import StartSettings
 
 STARTS_DIR = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "starts")
 START_FILE = "START.json"
+DELTA_FILE = "delta.safetensors"
 # What the build reads: a key is read when it equals one of these or lies under one.
-BUILD_READS = ("seed", "model.init", "model.compute_dtype", "env", "data", "sft", "eval.split",
+BUILD_READS = ("seed", "model.init", "model.source", "model.keep_layers", "model.compute_dtype",
+               "start.delta_rank", "start.delta_dtype", "env", "data", "sft", "eval.split",
                "eval.tasks_per_subtask", "eval.seed", "sampling.max_new_tokens",
                "sampling.max_turns", "sampling.cache_len", "sampling.top_p", "sampling.top_k",
                "rollout.max_total_tokens", "rollout.max_observation_tokens", "rollout.system")
@@ -162,12 +170,20 @@ def _limit(generation: Mapping[str, Any]) -> float:
 
 
 def write(directory: str, *, model: Any, cfg: Any, tokenizer: Any,
-          record: Mapping[str, Any]) -> str:
-  """The start folder (weights, tokenizer, START.json), written to a temporary sibling and
-  renamed into place, so a failed build leaves the old start whole."""
+          record: Mapping[str, Any], delta_tensors: Mapping[str, Any] | None = None) -> str:
+  """The start folder (weights, or their delta when ``delta_tensors`` is given; tokenizer;
+  START.json), written to a temporary sibling and renamed into place, so a failed build leaves
+  the old start whole."""
   tmp = directory.rstrip("/") + ".tmp"
   shutil.rmtree(tmp, ignore_errors=True)
-  export_hf_dir(model, cfg, tmp)
+  if delta_tensors is None:
+    export_hf_dir(model, cfg, tmp)
+  else:
+    os.makedirs(tmp)
+    delta.save(os.path.join(tmp, DELTA_FILE), delta_tensors,
+               {"base": record["delta"]["base"], "base_sha256": record["delta"]["base_sha256"]})
+    with open(os.path.join(tmp, "config.json"), "w", encoding="utf-8") as f:
+      json.dump(to_hf_config(cfg), f, indent=2)
   tokenizer.save(tmp)
   with open(os.path.join(tmp, START_FILE), "w", encoding="utf-8") as f:
     json.dump(dict(record), f, indent=1, sort_keys=True)
