@@ -92,3 +92,26 @@ def test_dataset_name_and_curve_summary(tmp_path):
   s = start.curve_summary(str(sft))
   assert (s["steps"], s["first_loss"], s["last_loss"]) == (200, 5.0, 0.25)
   assert list(s["loss_by_step"]) == [str(20 * k) for k in range(1, 11)]
+
+
+# The config (file:arg) that builds each committed start: its staleness is checked against it.
+BUILDERS = {"travel_quickstart": ("quickstart", "build_start"),
+            "travel_smollm2": ("smollm2_travel", "build_start")}
+
+
+def test_every_committed_start_is_fresh_against_the_config_that_builds_it():
+  """A value its build reads that changed since (a config edit, a new default) makes a committed
+  start stale: this fails naming the keys. Every folder under starts/ has a builder here."""
+  committed = sorted(os.listdir(start.STARTS_DIR)) if os.path.isdir(start.STARTS_DIR) else []
+  assert set(committed) <= set(BUILDERS), f"a start without a builder: {committed}"
+  sys.path.insert(0, os.path.join(ROOT, "configs"))
+  for name in committed:
+    module, arg = BUILDERS[name]
+    config = __import__(module).get_config(arg)
+    assert config.start.name == name and config.start.build
+    assert _check(config) == [], f"{name} is stale (rebuild it: --config=configs/{module}.py:{arg})"
+    record = start.read_record(start.start_dir(StartSettings.from_config(config.start)))
+    assert record["dirty"] is False, f"{name} was built from a tree with uncommitted changes"
+  for module, arg in set(BUILDERS.values()):  # the builders themselves name their start
+    config = __import__(module).get_config(arg)
+    assert BUILDERS[config.start.name] == (module, arg)
