@@ -15,7 +15,6 @@ import time
 
 import jax
 import ml_collections
-import numpy as np
 from flax import nnx
 from jax.sharding import Mesh
 
@@ -319,9 +318,8 @@ def _delta_start(config: ml_collections.ConfigDict, workdir: str, env, mesh: Mes
     trained = stage.restore_trained(sft, workdir, base_policy, mesh)
     return delta.pin(base, trained, rank=rank, dtype=start.delta_dtype, base_name=name)
   tuned = hosts.host_copy(params)
-  flat_base = {k: np.asarray(v, np.float32)
-               for k, v in delta.flat_params(hosts.host_copy(base)).items()}
-  cut = delta.factorize(flat_base, delta.flat_params(tuned), rank, start.delta_dtype)
+  cut = delta.factorize(delta.flat_params(hosts.host_copy(base)), delta.flat_params(tuned), rank,
+                        start.delta_dtype)
   return delta.pin(base, cut, rank=rank, dtype=start.delta_dtype, base_name=name, tuned=tuned)
 
 
