@@ -284,7 +284,7 @@ def build_start(config: ml_collections.ConfigDict, workdir: str, env, policy, pa
             "dataset": {"name": start_lib.dataset_name(data_path),
                         "sha256": start_lib.dataset_digest(data_path)},
             "sft": start_lib.curve_summary(os.path.join(workdir, stage.SFT_DIR)),
-            "validation": start_lib.validation(report), "cpu": backend.cpu_kind(),
+            "validation": start_lib.validation(report), "cpu": backend.cpu_kind(amx=True),
             "wall_s": round(time.perf_counter() - t_build, 1),
             **({"delta": delta_info} if delta_info else {})}
   directory = start_lib.write(start_lib.start_dir(start),
