@@ -78,7 +78,8 @@ LONGEST_FIRST = ("test_config_runs.py", "test_pipeline_smoke.py", "test_trainer.
                  "judges/flax/test_judge.py",
                  "judges/test_http_server.py",
                  "models/test_attention_choice.py", "models/test_cache_attention.py",
-                 "rl/test_train.py", "sampling/test_sampler.py")
+                 "rl/test_train.py", "sampling/test_sampler.py",
+                 "tools/test_start_reproduction.py")
 
 
 def pytest_collection_modifyitems(session, config, items):
