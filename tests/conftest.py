@@ -73,13 +73,13 @@ def shared_folder(name: str, build) -> str:
 # (``--dist loadscope``: a file's module fixtures are built once). The files that take longest
 # (whole pipelines in subprocesses, SmolLM2 judges, eight-device updates) are handed out first,
 # so the run does not end with one worker finishing a long file while the other idles.
-LONGEST_FIRST = ("test_config_runs.py", "test_pipeline_smoke.py", "test_trainer.py",
+LONGEST_FIRST = ("tools/test_start_reproduction.py", "test_config_runs.py", "test_pipeline_smoke.py",
+                 "test_trainer.py",
                  "experiments/test_experiment_harness.py", "experiments/test_training_studies.py",
                  "judges/flax/test_judge.py",
                  "judges/test_http_server.py",
                  "models/test_attention_choice.py", "models/test_cache_attention.py",
-                 "rl/test_train.py", "sampling/test_sampler.py",
-                 "tools/test_start_reproduction.py")
+                 "rl/test_train.py", "sampling/test_sampler.py")
 
 
 def pytest_collection_modifyitems(session, config, items):

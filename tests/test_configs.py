@@ -143,3 +143,18 @@ def _flatten(tree, prefix=""):
     else:
       out[prefix + k] = v
   return out
+
+
+def test_smollm2_pinned_runs_rl_from_the_start_with_the_prompt_it_was_built_with():
+  from arenarl_jax.sft import start as start_lib  # pylint: disable=import-outside-toplevel
+  from arenarl_jax.sft.settings import StartSettings  # pylint: disable=import-outside-toplevel
+  module = _load(os.path.join(ROOT, "configs", "smollm2_travel.py"))
+  c = module.get_config("pinned")
+  start = StartSettings.from_config(c.start)
+  assert start.loads and not start.in_job(c.sft.steps)  # no SFT in the job
+  assert module.get_config("pinned,group_size=8").sampling.group_size == 8
+  # Of what the build reads, only the RL's sampling differs from the start's record: the prompt
+  # (env.schemas), the limits and the evaluation's tasks are the build's.
+  stale = start_lib.check(start, config_tree.flat(c.to_dict()))
+  assert stale and all(s.startswith("sampling.top_p") for s in stale), stale
+  assert (c.sampling.temperature, c.sampling.top_p, c.checkpoint.every) == (0.6, 0.9, 1)
