@@ -152,7 +152,11 @@ def test_smollm2_pinned_runs_rl_from_the_start_with_the_prompt_it_was_built_with
   c = module.get_config("pinned")
   start = StartSettings.from_config(c.start)
   assert start.loads and not start.in_job(c.sft.steps)  # no SFT in the job
-  assert module.get_config("pinned,group_size=8").sampling.group_size == 8
+  eight = module.get_config("pinned,group_size=8")
+  assert eight.sampling.group_size == 8
+  for config in (c, eight):  # one row per micro-batch, whatever the group size
+    rows = config.rl.prompts_per_step * config.sampling.group_size
+    assert rows // config.rl.minibatches_per_rollout == config.rl.accumulation_steps
   # Of what the build reads, only the RL's sampling differs from the start's record: the prompt
   # (env.schemas), the limits and the evaluation's tasks are the build's.
   stale = start_lib.check(start, config_tree.flat(c.to_dict()))
