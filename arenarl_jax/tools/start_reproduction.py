@@ -24,9 +24,10 @@ both equal the record.
 one. Why one: a rounding change is of the same order whether it comes from another batch shape
 or another instruction set, and on the CPU kind that built ``travel_smollm2`` rolling its tasks
 out in other batches (10 tasks, 2 per subtask, in one batch; the first wave's 20 again) changed
-the met of none of 30 (benchmarks/README.md, "The pinned SmolLM2 start"). At a flip rate p per
-task, two or more flips among n tasks happen with probability about n(n-1)p²/2 (under 1% for
-n = 3 at p = 5%), while a start that loads wrong weights differs on nearly every task.
+the met of none of 30 (benchmarks/README.md, "Loading it reproduces the record"). At a flip
+rate p per task, two or more flips among n tasks happen with probability about n(n-1)p²/2
+(under 1% for n = 3 at p = 5%), while a start that loads wrong weights differs on nearly every
+task.
 """
 from __future__ import annotations
 
