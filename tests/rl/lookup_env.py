@@ -1,10 +1,12 @@
-"""A tool-use world small enough to learn from scratch in seconds
-(``tests/rl/test_closed_loop.py``).
+"""A tool-use world small enough to learn in seconds (``tests/rl/test_closed_loop.py``).
 
-The prompt asks for the value stored under ``key0``; the world's value is one of four, drawn from
-its seed, so the ``lookup`` tool is the way to it. Solved: look the key up, then answer with the
-value alone. The real chat format, tool-call parser and agent loop run unchanged; the word-level
-tokenizer makes the call and the answer one id each:
+The prompt asks for the value stored under ``key0``. The value is one of four and changes with
+every lookup: each ``tool_source()`` is a fresh store whose answers are drawn from the world's
+seed and the store's number, so no prompt, and no memory of earlier rollouts, predicts it. The
+only way to the value is to call ``lookup`` and copy what it returned. Solved: look the key up,
+then answer with the value that lookup returned, alone. The real chat format, tool-call parser
+and agent loop run unchanged; the word-level tokenizer makes the call and the answer one id
+each:
 
   prompt  <|im_start|> [UNK] [UNK] <|im_end|> <|im_start|> [UNK] find read key0 <|im_end|>
           <|im_start|> [UNK]
@@ -32,6 +34,7 @@ from arenarl_jax.envs import base
 from arenarl_jax.judges import rubric as rubric_lib
 from arenarl_jax.rollout import settings as rollout_settings
 from arenarl_jax.text import chat_format
+from arenarl_jax.text import messages as msgs
 from arenarl_jax.text.tokenizer import Tokenizer
 
 KEY = "key0"
@@ -75,10 +78,12 @@ def make_tokenizer() -> Tokenizer:
 
 
 class LookupTools:
-  """``lookup(key)`` -> the key's value; anything else is an error observation."""
+  """``lookup(key)`` -> the key's value, drawn anew for every call from ``rng`` (the rollout makes
+  a batch's calls in a fixed order, so a seeded store answers the same batch the same way);
+  anything else is an error observation."""
 
-  def __init__(self, table: dict[str, str]):
-    self.table = dict(table)
+  def __init__(self, keys: tuple[str, ...], rng: np.random.Generator):
+    self.keys, self.rng = keys, rng
 
   def tools(self) -> list[dict[str, Any]]:
     return [dict(TOOL)]
@@ -88,9 +93,9 @@ class LookupTools:
     if name != "lookup":
       return base.ToolResult(f"Error: unknown tool {name!r}", False, base.UNKNOWN_TOOL)
     args = json.loads(arguments) if isinstance(arguments, str) else dict(arguments)
-    if args.get("key") not in self.table:
+    if args.get("key") not in self.keys:
       return base.ToolResult("Error: no such key", False, base.NOT_FOUND)
-    return base.ToolResult(self.table[args["key"]])
+    return base.ToolResult(VALUES[int(self.rng.integers(len(VALUES)))])
 
 
 class LookupEnv:
@@ -102,7 +107,7 @@ class LookupEnv:
   subtasks = ("lookup",)
 
   def __init__(self, seed: int = 0):
-    self.value = VALUES[int(np.random.default_rng(seed).integers(len(VALUES)))]
+    self.seed, self._stores = seed, 0
     self._tasks = {}
     for a, first in enumerate(FILLERS):
       for b, second in enumerate(FILLERS):
@@ -114,10 +119,14 @@ class LookupEnv:
     return [t for s, t in self._tasks.values() if s == split]
 
   def tool_source(self) -> LookupTools:
-    return LookupTools({KEY: self.value})
+    """A fresh store, the n-th this world made: its values follow from (seed, n)."""
+    self._stores += 1
+    return LookupTools((KEY,), np.random.default_rng((self.seed, self._stores)))
 
   def _facts(self, trajectory: types.Trajectory) -> tuple[list[str], bool, str]:
-    """(the values the lookups returned, the task's key looked up, the final answer)."""
+    """(the values the lookups returned, the task's key looked up, the final answer). The
+    trajectory's tool results are the rollout's record of what the store answered, not text the
+    policy wrote."""
     key = self._tasks[trajectory.metadata["task_id"]][1].constraints["key"]
     looked, seen = [], []
     for step in trajectory.steps:
@@ -134,14 +143,14 @@ class LookupEnv:
                      "called": 10.0 * bool(seen), "right_key": 10.0 * right_key},
             "answer": {"mentioned": 10.0 * bool(last and last[0] in seen),
                        "answered": 10.0 * bool(seen and answer),
-                       "value": 10.0 * (right_key and answer == self.value)}}
+                       "value": 10.0 * (right_key and answer == seen[-1])}}
 
   def verify(self, trajectory: types.Trajectory) -> base.Verification:
-    _, right_key, answer = self._facts(trajectory)
+    seen, right_key, answer = self._facts(trajectory)
     if not answer:
       return base.Verification(0, 3, ("finished",))
-    unmet = [name for name, ok in (("lookup", right_key), ("value", answer == self.value))
-             if not ok]
+    unmet = [name for name, ok in (("lookup", right_key),
+                                   ("value", bool(seen) and answer == seen[-1])) if not ok]
     return base.Verification(3 - len(unmet), 3, unmet)
 
   def valid(self, answer: str, task: base.Task | str | None = None) -> tuple[bool, str]:
@@ -149,10 +158,35 @@ class LookupEnv:
     return (True, "") if answer.strip() else (False, "empty answer")
 
   def expert(self, task: base.Task, error_rate: float, rng) -> list[dict[str, Any]]:
-    del error_rate, rng
+    del error_rate
+    value = VALUES[int(rng.integers(len(VALUES)))]  # what a lookup might have returned
     call = {"id": "call_0_0", "type": "function",
             "function": {"name": "lookup", "arguments": json.dumps({"key": KEY})}}
     return [{"role": "user", "content": task.query},
             {"role": "assistant", "content": "", "tool_calls": [call]},
-            {"role": "tool", "tool_call_id": "call_0_0", "content": self.value},
-            {"role": "assistant", "content": self.value}]
+            {"role": "tool", "tool_call_id": "call_0_0", "content": value},
+            {"role": "assistant", "content": value}]
+
+
+def warm_rows(rollout: Any, tasks: list[base.Task], tools: list[dict[str, Any]],
+              rng: np.random.Generator, width: int) -> dict[str, np.ndarray]:
+  """Supervised rows of the solved trajectory, one per task, as the rollout's own ids: the
+  prompt it renders, the call id, the observation of a drawn value with the "answer now" note,
+  then the value and ``<|im_end|>``; the loss on the three ids the policy writes. (The expert's
+  messages rendered for SFT spell the call over several ids; the rollout reads it as one.)"""
+  tok = rollout.tok
+  end = tok.encode(chat_format.IM_END)[0]
+  tokens, mask = [], []
+  for task in tasks:
+    value = VALUES[int(rng.integers(len(VALUES)))]
+    prompt = msgs.encode_segments(tok, msgs.render_segments(
+        rollout.prompt_messages(task), tools=tools, add_generation_prompt=True))[0]
+    _, seen = rollout.observation([value], close_previous=False, forced=True)
+    ids = [*prompt, tok.eos_id, *seen, tok.encode(value)[0], end]
+    weights = [0] * len(prompt) + [1] + [0] * len(seen) + [1, 1]
+    if len(ids) > width:
+      raise ValueError(f"warm_rows: {len(ids)} ids do not fit width {width}")
+    tokens.append(ids + [0] * (width - len(ids)))
+    mask.append(weights + [0] * (width - len(ids)))
+  return {"tokens_NT": np.asarray(tokens, np.int32), "loss_mask_NT": np.asarray(mask, np.float32),
+          "temperature_N": np.ones(len(tasks), np.float32)}
