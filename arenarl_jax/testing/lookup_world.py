@@ -1,4 +1,4 @@
-"""A tool-use world small enough to learn in seconds (``tests/rl/test_closed_loop.py``).
+"""A tool-use world small enough to learn in seconds (``arenarl_jax/testing/closed_loop.py``).
 
 The prompt asks for the value stored under ``key0``. The value is one of four and changes with
 every lookup: each ``tool_source()`` is a fresh store whose answers are drawn from the world's
