@@ -76,6 +76,7 @@ def shared_folder(name: str, build) -> str:
 LONGEST_FIRST = ("tools/test_start_reproduction.py", "test_config_runs.py", "test_pipeline_smoke.py",
                  "test_trainer.py",
                  "experiments/test_experiment_harness.py", "experiments/test_training_studies.py",
+                 "rl/test_closed_loop.py",
                  "judges/flax/test_judge.py",
                  "judges/test_http_server.py",
                  "models/test_attention_choice.py", "models/test_cache_attention.py",
