@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+from typing import Any
 
 import jax
 import numpy as np
@@ -90,24 +91,39 @@ def make_policy(tok, seed: int) -> Policy:
   return Policy(cfg, make_model(cfg, seed=seed, attention="reference"), tok)
 
 
-def warm_start(config, env, policy: Policy, mesh, rollout: Rollout, seed: int) -> None:
-  """``sft.steps`` supervised updates of ``policy.model`` (in place) with the SFT stage's trainer
-  on ``lookup_world.warm_rows`` of the training prompts."""
-  settings = pipeline.sft_settings(config)
-  graphdef, params = nnx.split(policy.model)
-  params = nnx.to_pure_dict(params)
-  trainer = stage.make_trainer(settings, graphdef, params, mesh)
-  state = trainer.init_state(params)
-  rng, tools = np.random.default_rng(seed), env.tool_source().tools()
-  for _ in range(settings.steps):
-    rows = lookup_world.warm_rows(rollout, env.tasks("train"), tools, rng, width=40)
-    state, _ = trainer.step(state, None, trainer.put_batch(rows))
-  nnx.update(policy.model, nnx.state(with_params(policy.model, state.params)))
+@dataclasses.dataclass
+class WarmStarts:
+  """What the runs of ``run_twins`` share: the SFT trainer (its step compiled once; every seed's
+  model has the same shapes) and the warm-started parameters per seed (twins start from one)."""
+
+  trainer: Any = None
+  params: dict = dataclasses.field(default_factory=dict)
 
 
-def run(settings: Settings, control: str, seed: int, workdir: str) -> list[tuple[int, float]]:
+def warm_start(config, env, policy: Policy, mesh, rollout: Rollout, seed: int,
+               cache: WarmStarts) -> None:
+  """``policy.model`` (in place) after ``sft.steps`` supervised updates with the SFT stage's
+  trainer on ``lookup_world.warm_rows`` of the training prompts; a seed ``cache`` has seen
+  takes its parameters from it."""
+  if seed not in cache.params:
+    settings = pipeline.sft_settings(config)
+    graphdef, params = nnx.split(policy.model)
+    params = nnx.to_pure_dict(params)
+    if cache.trainer is None:
+      cache.trainer = stage.make_trainer(settings, graphdef, params, mesh)
+    state = cache.trainer.init_state(params)
+    rng, tools = np.random.default_rng(seed), [dict(lookup_world.TOOL)]  # no store drawn
+    for _ in range(settings.steps):
+      rows = lookup_world.warm_rows(rollout, env.tasks("train"), tools, rng, width=40)
+      state, _ = cache.trainer.step(state, None, cache.trainer.put_batch(rows))
+    cache.params[seed] = state.params
+  nnx.update(policy.model, nnx.state(with_params(policy.model, cache.params[seed])))
+
+
+def run(settings: Settings, control: str, seed: int, workdir: str,
+        warm: WarmStarts | None = None) -> list[tuple[int, float]]:
   """(step, solved rate on the held-out prompts) at step 0, every ``eval_every`` steps and the
-  end."""
+  end; ``warm``: the warm starts shared with other runs."""
   config, env = make_config(settings, control, seed), lookup_world.LookupEnv(seed)
   tok = lookup_world.make_tokenizer()
   policy = make_policy(tok, seed)
@@ -119,7 +135,7 @@ def run(settings: Settings, control: str, seed: int, workdir: str) -> list[tuple
   sampler = policy_sampler.make_sampler(sampling, policy.model, mesh)
   rollout = Rollout(sampler, tok, rollout_settings,
                     policy_sampler.sampling_settings(sampling, tok))
-  warm_start(config, env, policy, mesh, rollout, seed)
+  warm_start(config, env, policy, mesh, rollout, seed, WarmStarts() if warm is None else warm)
   source = pipeline.make_experience(config, env, policy, env.tasks("train"),
                                     RubricJudge(env.checker, lookup_world.RUBRIC, seed=seed), mesh)
   curve = []
@@ -148,5 +164,6 @@ def run(settings: Settings, control: str, seed: int, workdir: str) -> list[tuple
 def run_twins(settings: Settings, seeds, workdir: str,
               controls=("none", "permute")) -> dict[str, list[tuple[int, float]]]:
   """{"<control>_s<seed>": curve} for every seed and control."""
-  return {f"{c}_s{seed}": run(settings, c, seed, os.path.join(workdir, f"{c}_s{seed}"))
+  warm = WarmStarts()
+  return {f"{c}_s{seed}": run(settings, c, seed, os.path.join(workdir, f"{c}_s{seed}"), warm)
           for seed in seeds for c in controls}
