@@ -9,7 +9,7 @@ that only reading the tool's result answers, a warm start that reads it some of 
 the judge's advantages and one with them permuted within each group, for every seed. The
 quickstart's RL keys (``configs/quickstart.py``: lr 5e-5 constant, KL 0.02, the greedy anchor
 trained, temperature 0.8, groups of 4, 4 prompts a step, 2 minibatches) move a model far more
-slowly than the suite's test settings, so this runs 600 steps, about 3 minutes on 2 cores; the
+slowly than the suite's test settings, so this runs 600 steps, about 2 minutes on 2 cores; the
 suite's ``tests/rl/test_closed_loop.py`` runs the test settings.
 
 Prints each run's curve (solved rate of held-out rollouts by step) and ends with
