@@ -23,7 +23,6 @@ import argparse
 import dataclasses
 import json
 import os
-import sys
 import tempfile
 import time
 
@@ -77,4 +76,4 @@ def main(argv=None):
 
 
 if __name__ == "__main__":
-  sys.exit(0 if main() is not None else 1)
+  main()

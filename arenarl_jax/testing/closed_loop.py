@@ -74,9 +74,7 @@ def make_config(settings: Settings, control: str, seed: int):
   c.rl.update(dict(prompts_per_step=settings.prompts, steps=settings.steps, bucket=16,
                    logprob_chunk=32, advantage_control=control))
   c.optim.update(dict(weight_decay=0.0, warmup_steps=0))
-  for dotted, value in settings.rl.items():
-    section, key = dotted.split(".")
-    c[section][key] = value
+  c.update_from_flattened_dict(settings.rl)
   c.sft.update(dict(steps=settings.warm_steps, lr=3e-3, warmup_steps=0))
   c.model.remat = "none"
   c.checkpoint.update(dict(every=10**6, keep=1, resume=False))

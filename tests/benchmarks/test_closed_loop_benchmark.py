@@ -6,6 +6,7 @@ import os
 import pytest
 
 import closed_loop as bench  # benchmarks/closed_loop.py (the suite's conftest.py puts it on the path)
+from arenarl_jax import config_tree
 from arenarl_jax.testing import closed_loop
 
 
@@ -35,9 +36,8 @@ def test_the_quickstart_settings_are_the_quickstarts_rl_keys():
   module = importlib.util.module_from_spec(spec)
   spec.loader.exec_module(module)
   config = module.get_config()
-  keys = closed_loop.SETTINGS["quickstart"].rl
-  for dotted, value in keys.items():
-    section, key = dotted.split(".")
-    assert config[section][key] == value, dotted
+  flat = config_tree.flat(config.to_dict())
+  for dotted, value in closed_loop.SETTINGS["quickstart"].rl.items():
+    assert flat[dotted] == value, dotted
   assert config.sampling.group_size == closed_loop.SETTINGS["quickstart"].group
   assert config.rl.prompts_per_step == closed_loop.SETTINGS["quickstart"].prompts
