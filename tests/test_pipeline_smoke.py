@@ -29,6 +29,7 @@ import sys
 import time
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 import pytest
 
@@ -38,7 +39,7 @@ from arenarl_jax.rl import experience
 from arenarl_jax import hosts
 from arenarl_jax.judges import rubric as rubric_lib
 from arenarl_jax.judges import rubric_judge
-from arenarl_jax.sampling.choose import choose_tokens
+from arenarl_jax.sampling.choose import choose_tokens, row_uniforms
 from arenarl_jax.sampling.settings import SamplingSettings
 from arenarl_jax.testing import xla_flags
 from arenarl_jax.types import Trajectory
@@ -52,7 +53,7 @@ def test_a_share_of_rows_samples_what_those_rows_sample_in_the_whole_batch():
   logits = jax.random.normal(jax.random.key(0), (8, 50))
   settings = SamplingSettings(temperature=0.9)
   key = jax.random.key(5)
-  choose = jax.jit(choose_tokens)  # first_row is static: one program per offset
+  choose = jax.jit(choose_tokens)
   whole, whole_logp = choose(logits, settings.rows(8, 2), key)
   for first in (2, 4):
     share, share_logp = choose(logits[first:first + 4], settings.rows(4, 2, first_row=first), key)
@@ -61,8 +62,20 @@ def test_a_share_of_rows_samples_what_those_rows_sample_in_the_whole_batch():
   # Without the offset the share would draw the batch's first numbers (the bug this guards).
   shifted, _ = choose(logits[4:], settings.rows(4, 2), key)
   assert not np.array_equal(shifted, whole[4:])
+  # The offset is traced: the three offsets of 4-row shares share one program (a static offset
+  # compiled every decode program anew for each wave of an evaluation).
+  assert choose._cache_size() == 2  # the 8-row batch and the 4-row shares
   with pytest.raises(ValueError, match="first_row"):
     settings.rows(4, 2, first_row=3)
+
+
+@pytest.mark.parametrize("first_row", [0, 1, 7, 1000, 123457])
+@pytest.mark.parametrize("make_key", [jax.random.key, jax.random.PRNGKey])
+def test_row_uniforms_are_the_matching_elements_of_one_long_draw(first_row, make_key):
+  key = jax.random.fold_in(make_key(11), 3)
+  long_draw = jax.random.uniform(key, (first_row + 9,), jnp.float32)
+  got = jax.jit(row_uniforms, static_argnums=2)(key, np.int32(first_row), 9)
+  np.testing.assert_array_equal(got, long_draw[first_row:])
 
 
 MINI = rubric_lib.Rubric("mini", "", (rubric_lib.Dimension("p"),), (rubric_lib.Dimension("a"),),

@@ -7,6 +7,7 @@ equals a teacher-forced ``token_logprobs(..., temperature=T)`` over the same tok
 from __future__ import annotations
 
 import jax
+import jax.extend.random as jex_random
 import jax.numpy as jnp
 
 from arenarl_jax.sampling.settings import RowSettings
@@ -18,6 +19,33 @@ def _last_positive(w_NK):
   """Index of the last entry > 0 per row (0 when none)."""
   k = w_NK.shape[-1]
   return k - 1 - jnp.argmax(jnp.flip(w_NK > 0, axis=-1), axis=-1)
+
+
+def row_uniforms(key, first_row, n: int):
+  """Elements first_row .. first_row + n - 1 of ``jax.random.uniform(key, (M,))`` (any M that
+  covers them), with ``first_row`` a traced int32 scalar.
+
+  Partitionable threefry draws element i from counter i alone, so a host's share of a batch (or
+  one wave of an evaluation) draws the numbers of its global rows without a draw as long as the
+  batch. A traced offset keeps one compiled program for every offset: a static one compiled
+  each decode program anew for every wave of an evaluation.
+  """
+  if not jax.config.jax_threefry_partitionable:
+    raise ValueError("row_uniforms needs jax_threefry_partitionable=True (JAX's default): only "
+                     "then is element i of a random draw independent of its length")
+  typed = jnp.issubdtype(key.dtype, jax.dtypes.prng_key)
+  impl = str(jax.random.key_impl(key)) if typed else jax.config.jax_default_prng_impl
+  if impl != "threefry2x32":
+    raise ValueError(f"row_uniforms needs threefry2x32 keys, got {impl}")
+  key = jax.random.key_data(key) if typed else key
+  # Counter i is the 64-bit index (hi, lo); row offsets stay far below 2**32, so hi is 0.
+  lo_N = jnp.asarray(first_row, jnp.uint32) + jax.lax.iota(jnp.uint32, n)
+  bits1_N, bits2_N = jex_random.threefry2x32_p.bind(key[0], key[1], jnp.zeros_like(lo_N), lo_N)
+  # jax.random.uniform's map from 32 bits to [0, 1): the top 23 bits as the mantissa of [1, 2).
+  mantissa_N = jax.lax.shift_right_logical(bits1_N ^ bits2_N, jnp.uint32(9))
+  one_bits = jnp.uint32(0x3F800000)
+  floats_N = jax.lax.bitcast_convert_type(mantissa_N | one_bits, jnp.float32) - 1.0
+  return jnp.maximum(0.0, floats_N)
 
 
 def inverse_cdf(w_NV, u_N):
@@ -121,11 +149,9 @@ def choose_tokens(logits, rows: RowSettings, key, *, vocab_axis: int = 1):
   # and argmax of z are those of the logits, scaled.
   raw_max_N = jnp.max(logits, axis=vocab_axis)
   m_N = raw_max_N * inv_t_N
-  # Row n takes element first_row + n of one draw (threefry is partitionable: element i of a
-  # draw does not depend on the draw's length), so any split of the rows over hosts samples the
-  # same numbers as the whole batch in one process.
-  u_N = jax.random.uniform(key, (rows.first_row + greedy_N.shape[0],), jnp.float32)[
-      rows.first_row:]
+  # Row n takes element first_row + n of one draw, so any split of the rows over hosts (or
+  # waves) samples the same numbers as the whole batch in one process.
+  u_N = row_uniforms(key, rows.first_row, greedy_N.shape[0])
   needs_cut = jnp.any(~greedy_N & ((rows.top_k_N > 0) | (rows.top_p_N < 1)))
   # The [N, nb] block sums, whichever layout the blocks have.
   block_sums = lambda w_blocks: w_blocks.sum(axis=2) if vocab_axis else w_blocks.sum(axis=1).T

@@ -113,8 +113,9 @@ class Sampler:
     have, n, g = len(rows.temperature_N), state.lengths_N.shape[0], state.group_size
     if have % g or (have // g + self._padding(have // g, g)) * g != n:
       raise ValueError(f"decode: row settings for {have} rows, the state has {n}")
-    return jax.tree.map(
-        lambda a: np.concatenate([np.asarray(a)] + [np.asarray(a)[-1:]] * (n - have)), rows)
+    pad = lambda a: np.concatenate([np.asarray(a)] + [np.asarray(a)[-1:]] * (n - have))
+    return rows.replace(temperature_N=pad(rows.temperature_N), top_p_N=pad(rows.top_p_N),
+                        top_k_N=pad(rows.top_k_N))
 
   def prefill(self, prompts: Sequence[Sequence[int]], group_size: int = 1, *,
               reserve: int = 0) -> SamplerState:

@@ -57,9 +57,6 @@ class SamplingSettings:
     if first_row < 0 or first_row % group_size:
       raise ValueError(f"first_row={first_row} must be a non-negative multiple of "
                        f"group_size={group_size}")
-    if first_row and not jax.config.jax_threefry_partitionable:
-      raise ValueError("first_row > 0 needs jax_threefry_partitionable=True (JAX's default): "
-                       "only then is element i of a random draw independent of its length")
     if n_rows % group_size:
       raise ValueError(f"n_rows={n_rows} is not a multiple of group_size={group_size}")
     temperature_N = np.full((n_rows,), self.temperature, np.float32)
@@ -69,7 +66,7 @@ class SamplingSettings:
         temperature_N=temperature_N,
         top_p_N=np.full((n_rows,), self.top_p, np.float32),
         top_k_N=np.full((n_rows,), self.top_k, np.int32),
-        first_row=int(first_row))
+        first_row=np.int32(first_row))
 
 
 @flax.struct.dataclass
@@ -79,7 +76,7 @@ class RowSettings:
   temperature_N: jax.Array
   top_p_N: jax.Array
   top_k_N: jax.Array
-  # The global index of row 0 (static): row n draws the uniform number of global row
-  # first_row + n, so one host's share of a batch samples what one process sampling the whole
-  # batch draws for those rows.
-  first_row: int = flax.struct.field(pytree_node=False, default=0)
+  # The global index of row 0 (an int32 scalar, traced so that every offset shares one
+  # program): row n draws the uniform number of global row first_row + n, so one host's share
+  # of a batch samples what one process sampling the whole batch draws for those rows.
+  first_row: jax.Array = flax.struct.field(default_factory=lambda: np.int32(0))
