@@ -167,11 +167,18 @@ class Study:
 
 def study_module(directory: str | pathlib.Path, defines: str):
   """(the folder, path and module of ``<directory>/study.py``); ``defines`` names what a study
-  folder of its kind must define, for the error when the file is missing."""
-  directory = pathlib.Path(directory).resolve()
+  folder of its kind must define, for the error when the file is missing. A bare study name
+  (``topologies``) that is not a folder here names the repository's ``experiments/<name>``."""
+  given = pathlib.Path(directory)
+  shipped = pathlib.Path(__file__).resolve().parents[2] / "experiments" / given
+  if not given.is_dir() and len(given.parts) == 1 and shipped.is_dir():
+    given = shipped
+  directory = given.resolve()
   path = directory / "study.py"
   if not path.is_file():
-    raise FileNotFoundError(f"{path}: a study folder defines study.py with {defines}")
+    known = sorted(p.parent.name for p in shipped.parent.glob("*/study.py"))
+    raise FileNotFoundError(f"{path}: a study folder defines study.py with {defines} "
+                            f"(the repository's studies: {', '.join(known)})")
   spec = importlib.util.spec_from_file_location(f"study_{directory.name}", path)
   module = importlib.util.module_from_spec(spec)
   spec.loader.exec_module(module)

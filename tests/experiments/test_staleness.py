@@ -249,3 +249,12 @@ def test_a_pinned_start_is_recorded_by_its_record_and_weights(tmp_path):
   with config.unlocked():
     config.start.build = True
   assert staleness.start_digest(config) is None  # a run that builds it begins from none
+
+
+def test_a_bare_study_name_names_the_repositorys_study_and_a_wrong_one_lists_them(
+    tmp_path, monkeypatch):
+  monkeypatch.chdir(tmp_path)  # no folder of that name here
+  directory, path, _ = study_lib.study_module("topologies", "runs(preset)")
+  assert path == directory / "study.py" and directory.parent.name == "experiments"
+  with pytest.raises(FileNotFoundError, match=r"topolgies/study.py.*studies: .*topologies"):
+    study_lib.study_module("topolgies", "runs(preset)")
