@@ -2,21 +2,22 @@
 its validation tasks, verified, against the per-task met that ``START.json`` recorded.
 
   python -m arenarl_jax.tools.start_reproduction --config=configs/smollm2_travel.py:build_start \
-      [--subtasks=search,compare] [--tasks_per_subtask=2] [--set=KEY=VALUE ...]
+      [--subtasks=search,compare] [--tasks_per_subtask=2] [--max_rows=0] [--set=KEY=VALUE ...]
 
 ``--config`` is the config that builds the start (``start.name``); the tool loads the start as
 a run that names it does (``start.build`` off), takes the first ``--tasks_per_subtask`` tasks of
-each chosen subtask of the build's evaluation split, rolls them out greedily in one batch, and
-compares each task's verdict (met of total) with the record. Prints one line per task and ends
-with ``RESULT tasks=... matched=... met=... recorded_met=... cpu=... recorded_cpu=...
-reproduced=0|1``.
+each chosen subtask of the build's evaluation split, rolls them out greedily in one batch (or in
+waves of ``--max_rows`` rows, as an evaluation does), and compares each task's verdict (met of
+total) with the record. Prints one line per task and ends with ``RESULT tasks=... matched=...
+met=... recorded_met=... cpu=... recorded_cpu=... reproduced=0|1 max_rows=... rollout_s=...
+peak_rss_gb=...`` (``rollout_s``: the roll-outs' wall time, compiles included).
 
 What can differ. Greedy decoding is deterministic on one machine, but its float rounding
 depends on the CPU's instruction set (``cpu`` in START.json) and on the batch's shape (XLA picks
 its matrix kernels, and so the order of a sum, per shape): the build rolled its tasks out in
-waves of ``eval.max_rows`` rows, this tool in one batch of the chosen ones. A rounding change
-matters only where two tokens' logits are nearly tied; after one different token the roll-out
-goes its own way and may meet other requirements. ``matched`` counts tasks whose met and total
+waves of ``eval.max_rows`` rows, this tool in one batch of the chosen ones by default. A
+rounding change matters only where two tokens' logits are nearly tied; after one different
+token the roll-out goes its own way and may meet other requirements. ``matched`` counts tasks whose met and total
 both equal the record.
 
 ``reproduced`` applies the tolerance (``reproduces``): on the CPU kind that built the start
@@ -83,7 +84,9 @@ def reproduces(matched: int, tasks: int, cpu: str, recorded_cpu: str) -> bool:
 
 def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
   import argparse  # pylint: disable=g-import-not-at-top
+  import resource  # pylint: disable=g-import-not-at-top
   import tempfile  # pylint: disable=g-import-not-at-top
+  import time  # pylint: disable=g-import-not-at-top
   from flax import nnx  # pylint: disable=g-import-not-at-top
   from arenarl_jax import pipeline  # pylint: disable=g-import-not-at-top
   from arenarl_jax.envs import base  # pylint: disable=g-import-not-at-top
@@ -97,6 +100,8 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
                       "start")
   parser.add_argument("--subtasks", default="", help="comma-separated; empty = every subtask")
   parser.add_argument("--tasks_per_subtask", type=int, default=2)
+  parser.add_argument("--max_rows", type=int, default=0,
+                      help="roll out in waves of at most this many rows (0: one batch)")
   parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                       help="change a config key (e.g. model.cache_dir=DIR), as headroom's --set")
   args = parser.parse_args(argv)
@@ -111,7 +116,8 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
   settings = record["settings"]
   config.update_from_flattened_dict({
       "eval.split": settings["eval.split"], "eval.group_size": 1, "eval.greedy": True,
-      "eval.max_rows": 0, "eval.tasks_per_subtask": settings["eval.tasks_per_subtask"]})
+      "eval.max_rows": args.max_rows,
+      "eval.tasks_per_subtask": settings["eval.tasks_per_subtask"]})
   env = base.make_environment_from_config(config.env)
   mesh = pipeline.make_mesh(config)
   with tempfile.TemporaryDirectory(prefix="start_reproduction_") as workdir:
@@ -119,7 +125,9 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     evaluator = pipeline.make_evaluator(config, env, policy, workdir, mesh)
     subtasks = [s for s in args.subtasks.split(",") if s]
     evaluator.tasks = chosen_tasks(evaluator.tasks, subtasks, args.tasks_per_subtask)
+    t0 = time.perf_counter()
     rows = evaluator.rollouts(nnx.to_pure_dict(nnx.state(policy.model)))
+    rollout_s = time.perf_counter() - t0
   verdicts = {}
   for t in rows:
     v = env.verify(t)
@@ -129,11 +137,13 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
   out["reproduced"] = reproduces(out["matched"], out["tasks"], out["cpu"], out["recorded_cpu"])
   print(f"start {start.name!r} ({start_lib.start_dir(start)}), built on {out['recorded_cpu']}, "
         f"rolled out here on {out['cpu']}: {out['tasks']} {settings['eval.split']} tasks, greedy, "
-        "one batch")
+        + (f"waves of {args.max_rows} rows" if args.max_rows else "one batch"))
   print("\n".join(lines))
   print(f"RESULT tasks={out['tasks']} matched={out['matched']} met={out['met']:.4f} "
         f"recorded_met={out['recorded_met']:.4f} cpu={out['cpu']} "
-        f"recorded_cpu={out['recorded_cpu']} reproduced={int(out['reproduced'])}")
+        f"recorded_cpu={out['recorded_cpu']} reproduced={int(out['reproduced'])} "
+        f"max_rows={args.max_rows} rollout_s={rollout_s:.1f} "
+        f"peak_rss_gb={resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20:.2f}")
   return out
 
 
