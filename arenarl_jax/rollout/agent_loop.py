@@ -47,6 +47,7 @@ from arenarl_jax import types
 from arenarl_jax.envs import base
 from arenarl_jax.sampling.sampler import SamplingSettings, finish_reasons, token_lists
 from arenarl_jax.sampling.buckets import bucket_length
+from arenarl_jax.sampling.shared_rows import same_history
 from arenarl_jax.rollout.settings import RolloutSettings
 
 TRUNCATED_NOTE = "\n...[truncated]"
@@ -252,8 +253,9 @@ class Rollout:
       done = np.ones((np.shape(state.done_N)[0],), bool)
       done[live] = False
       t0 = time.perf_counter()
-      state = self.sampler.extend(state.replace(done_N=jnp.asarray(done)),
-                                  [new_ids[r] if not done[r] else [] for r in range(len(done))])
+      new = [new_ids[r] if not done[r] else [] for r in range(len(done))]
+      state = self.sampler.extend(state.replace(done_N=jnp.asarray(done)), new, same_history(
+          [rows[r].tokens if r < len(rows) else [] for r in range(len(done))], new, g))
       jax.block_until_ready(getattr(state, "lengths_N", None))
       stats["extend_s"].append(time.perf_counter() - t0)
       _note_size(stats, state)

@@ -51,7 +51,7 @@ class SampleOutput:
   finish_N: jax.Array  # index into settings.TURN_STOP_REASONS
 
 
-def _on_rows(tree, mesh: Mesh | None):
+def on_rows(tree, mesh: Mesh | None):
   """Pins axis 0 of every array to the mesh's 'data' axis (scalars replicated) and the KV cache's
   head axis to 'tensor' (as the partition rules split the k/v kernels' heads), where it divides;
   a shared prefix (one row per prompt, B need not divide the mesh) keeps only its heads split."""
@@ -102,7 +102,7 @@ def prefill(graphdef, params, tokens_BT, counts_B, *, group_size: int, n_slots: 
       hidden_ND=hidden_BD[rows_N],
       done_N=jnp.zeros((b * group_size,), bool),
       group_size=group_size)
-  return _on_rows(state, mesh)
+  return on_rows(state, mesh)
 
 
 @backend.jit(static_argnames=("graphdef", "mesh"), donate_argnames=("state",))
@@ -114,14 +114,14 @@ def extend(graphdef, params, state: SamplerState, tokens_NT, counts_N, *,
   positions_NT = state.lengths_N[:, None] + jnp.arange(t, dtype=jnp.int32)[None, :]
   h_NTD, cache = model.hidden(tokens_NT, positions_NT, cache=state.cache)
   hidden_ND = jnp.where(counts_N[:, None] > 0, _last_hidden(h_NTD, counts_N), state.hidden_ND)
-  return _on_rows(state.replace(cache=cache, lengths_N=state.lengths_N + counts_N,
+  return on_rows(state.replace(cache=cache, lengths_N=state.lengths_N + counts_N,
                                 hidden_ND=hidden_ND), mesh)
 
 
 @functools.partial(jax.jit, static_argnames=("n_slots", "mesh"))
 def resize(state: SamplerState, *, n_slots: int, mesh: Mesh | None = None) -> SamplerState:
   """Moves the state to row buffers of ``n_slots`` slots (the next size when rows need room)."""
-  return _on_rows(state.replace(cache=state.cache.resize(n_slots)), mesh)
+  return on_rows(state.replace(cache=state.cache.resize(n_slots)), mesh)
 
 
 def _stop_hit(tail_NM, step, stop_sequences):
@@ -157,7 +157,7 @@ def begin_turn(lengths_N, done_N, *, max_new_tokens: int, tail_len: int, cache_l
   """A fresh turn: every row not done and with room in cache_len is active. (Takes the rows'
   lengths, not the state, so it compiles once whatever the cache size.)"""
   n = lengths_N.shape[0]
-  return _on_rows(TurnState(
+  return on_rows(TurnState(
       step=jnp.zeros((), jnp.int32),
       active_N=~done_N & (lengths_N < cache_len),
       finish_N=jnp.zeros((n,), jnp.int32),
@@ -174,7 +174,7 @@ def end_turn(lengths_N, done_N, turn: TurnState, *, cache_len: int,
   done_N = done_N | (turn.finish_N == EOS) | (lengths_N >= cache_len)
   out = SampleOutput(tokens_NT=turn.tokens_NT, logp_NT=turn.logp_NT,
                      lengths_N=lengths_N - turn.start_N, finish_N=turn.finish_N)
-  return _on_rows(done_N, mesh), _on_rows(out, mesh)
+  return on_rows(done_N, mesh), on_rows(out, mesh)
 
 
 @backend.jit(
@@ -241,5 +241,5 @@ def decode(graphdef, params, state: SamplerState, turn: TurnState, rows: RowSett
         logp_NT=jax.lax.dynamic_update_slice(t.logp_NT, logp_N[:, None], (0, step)))
     return s, t
 
-  state, turn = jax.lax.while_loop(cond, body, _on_rows((state, turn), mesh))
-  return _on_rows(state, mesh), _on_rows(turn, mesh)
+  state, turn = jax.lax.while_loop(cond, body, on_rows((state, turn), mesh))
+  return on_rows(state, mesh), on_rows(turn, mesh)

@@ -24,6 +24,7 @@ from jax.sharding import Mesh
 
 from arenarl_jax.models import backend
 from arenarl_jax.sampling import programs
+from arenarl_jax.sampling import shared_rows
 from arenarl_jax.sampling.buckets import (bucket_length, cache_size_ladder, pad_rows,
                                           power_of_two_buckets)
 from arenarl_jax.sampling.programs import PAD, SampleOutput, SamplerState
@@ -147,8 +148,13 @@ class Sampler:
       state = state.replace(done_N=jax.device_put(done, state.done_N.sharding))
     return state
 
-  def extend(self, state: SamplerState, new_tokens: Sequence[Sequence[int]]) -> SamplerState:
-    """Appends new_tokens[n] (any length, may be empty) to row n's cache; donates ``state``."""
+  def extend(self, state: SamplerState, new_tokens: Sequence[Sequence[int]],
+             same_as: Sequence[int] | None = None) -> SamplerState:
+    """Appends new_tokens[n] (any length, may be empty) to row n's cache; donates ``state``.
+
+    ``same_as[n]``: a row of n's group whose history and new tokens equal n's (n itself when
+    none; ``shared_rows.same_history`` finds them): each such history extends once, in a smaller
+    batch, and its cache is copied to the rows that share it."""
     n = state.lengths_N.shape[0]
     if len(new_tokens) != n:
       raise ValueError(f"extend: got token lists for {len(new_tokens)} rows, state has {n}")
@@ -163,9 +169,22 @@ class Sampler:
       r = int(over[0])
       raise ValueError(f"extend: row {r} holds {lengths[r]} tokens; {counts[r]} more exceed "
                        f"cache_len={self.cache_len}")
-    tokens_NT, counts_N = pad_rows(new_tokens, bucket_length(int(counts.max()), self.buckets))
+    bucket = bucket_length(int(counts.max()), self.buckets)
     state = self._room(state, int((own + counts).max()))
-    return programs.extend(self.graphdef, self.params, state, tokens_NT, counts_N, mesh=self.mesh)
+    if same_as is not None:  # rows of other lengths hold other caches, whatever the host saw
+      same_as = [s if lengths[s] == lengths[r] and counts[s] == counts[r] else r
+                 for r, s in enumerate(same_as)]
+    shared = None if same_as is None else shared_rows.plan(counts, same_as, state.group_size,
+                                                           self.row_multiple)
+    if shared is None:
+      tokens_NT, counts_N = pad_rows(new_tokens, bucket)
+      return programs.extend(self.graphdef, self.params, state, tokens_NT, counts_N,
+                             mesh=self.mesh)
+    part = shared_rows.take(state, shared.rows_M, group_size=shared.group_size, mesh=self.mesh)
+    tokens_MT, counts_M = pad_rows([new_tokens[r] if c else [] for r, c in
+                                    zip(shared.rows_M, shared.counts_M)], bucket)
+    part = programs.extend(self.graphdef, self.params, part, tokens_MT, counts_M, mesh=self.mesh)
+    return shared_rows.put(state, part, shared.from_N, shared.take_N, mesh=self.mesh)
 
   def decode(self, state: SamplerState, settings: SamplingSettings, key: jax.Array,
              rows: RowSettings | None = None) -> tuple[SampleOutput, SamplerState]:

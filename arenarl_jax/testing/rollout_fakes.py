@@ -171,7 +171,8 @@ class ScriptedSampler:
     out = SampleOutput(tokens_NT=toks, logp_NT=logp, lengths_N=lengths, finish_N=finish)
     return out, state.replace(done_N=done, turn=state.turn + 1)
 
-  def extend(self, state, new_tokens):
+  def extend(self, state, new_tokens, same_as=None):
+    del same_as  # every row is written on its own: sharing changes nothing here
     for r, ids in enumerate(new_tokens):
       if len(state.seen[r]) + len(ids) > self.cache_len:
         raise ValueError(f"extend: row {r} overflows cache_len")

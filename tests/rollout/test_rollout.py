@@ -88,8 +88,8 @@ def run_recorded(tok, choose, *, n_tasks=2, g=4, source=None, **settings):
   sampler.decode = decode
   original_extend = sampler.extend
 
-  def extend(state, new):
-    state = original_extend(state, new)
+  def extend(state, new, same_as=None):
+    state = original_extend(state, new, same_as)
     streams["state"] = state
     return state
   sampler.extend = extend
