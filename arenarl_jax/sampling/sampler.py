@@ -66,6 +66,7 @@ class Sampler:
     self.mesh = mesh
     self.decode_step = backend.current().decode_step(model)
     self._prepared = None  # what the decode step made of self.params
+    self.shared_group_sizes: set[int] = set()  # D of every shared extend (its programs' shapes)
 
   def _cache_size(self, need: int) -> int:
     """The smallest cache size holding ``need`` tokens (cache_len at most)."""
@@ -180,6 +181,7 @@ class Sampler:
       tokens_NT, counts_N = pad_rows(new_tokens, bucket)
       return programs.extend(self.graphdef, self.params, state, tokens_NT, counts_N,
                              mesh=self.mesh)
+    self.shared_group_sizes.add(shared.group_size)
     part = shared_rows.take(state, shared.rows_M, group_size=shared.group_size, mesh=self.mesh)
     tokens_MT, counts_M = pad_rows([new_tokens[r] if c else [] for r, c in
                                     zip(shared.rows_M, shared.counts_M)], bucket)

@@ -31,7 +31,7 @@ def rolled():
   sampling = SamplingSettings(temperature=0.9, max_new_tokens=24, eos_ids=(tok.eos_id,))
   rollout = Rollout(sampler, tok, RolloutSettings(max_turns=2, tool_timeout_s=5.0), sampling)
   source = FakeToolSource(names=("lookup",))
-  batches, counts = [], []
+  batches, counts, shared = [], [], []
   # The second rollout is a later wave of an evaluation (its rows start at global group 7):
   # the row offset is traced, so it must not recompile anything.
   for k, (offset, first_group) in enumerate(((0, 0), (5, 7))):
@@ -39,11 +39,12 @@ def rolled():
       batches.append(rollout.run(tasks(offset), source, group_size=4, key=jax.random.key(k),
                                  first_group=first_group))
     counts.append(counter.count)
-  return model, tok, batches, counts
+    shared.append(set(sampler.shared_group_sizes))
+  return model, tok, batches, counts, shared
 
 
 def test_end_to_end_tasks_by_four(rolled):
-  _, tok, batches, _ = rolled
+  _, tok, batches, _, _ = rolled
   batch = batches[0]
   finishes = [t.finish_reason for g in batch.trajectories for t in g]
   assert len(finishes) == 8 and "error" not in finishes
@@ -66,19 +67,22 @@ def test_end_to_end_tasks_by_four(rolled):
 
 
 def test_compiles_are_bounded_and_a_second_rollout_compiles_nothing(rolled):
-  _, _, batches, counts = rolled
+  _, _, batches, counts, shared = rolled
   first, second = (b.stats for b in batches)
   assert set(second["cache_sizes"]) <= set(first["cache_sizes"])
   assert set(second["obs_buckets"]) <= set(first["obs_buckets"])
+  assert shared[1] == shared[0]  # the second roll-out's shared extends had the first's shapes
   # prefill (one prompt bucket), begin/end of a turn, fold_in; per cache size a decode and a
-  # resize, and an extend per observation bucket.
+  # resize, and an extend per observation bucket; per size of a shared extend's groups
+  # (sampling/shared_rows.py) the same again: its take, put and extends.
   sizes, obs = len(first["cache_sizes"]), len(first["obs_buckets"])
-  assert counts[0] <= 4 + sizes * (2 + obs), (counts, first["cache_sizes"], first["obs_buckets"])
+  bound = 4 + (1 + len(shared[0])) * sizes * (2 + obs)
+  assert counts[0] <= bound, (counts, first["cache_sizes"], first["obs_buckets"], shared[0])
   assert counts[1] == 0
 
 
 def test_recorded_logprobs_equal_a_teacher_forced_pass(rolled):
-  model, _, batches, _ = rolled
+  model, _, batches, _, _ = rolled
   trajs = [t for g in batches[0].trajectories for t in g]
   n = max(len(t.tokens) for t in trajs)
   tokens = np.zeros((len(trajs), n), np.int32)
