@@ -66,13 +66,20 @@ def plan(counts_N: np.ndarray, same_as: Sequence[int], group_size: int,
   """The smaller batch, or None when it would not be smaller (or the mesh's 'data' axis,
   ``row_multiple``, does not divide it)."""
   n, g = len(counts_N), group_size
-  if g < 2 or n % g or len(same_as) != n:
+  if len(same_as) != n or any(not 0 <= int(s) < n for s in same_as):
+    raise ValueError(f"extend: same_as needs one row index in [0, {n}) per row, got "
+                     f"{list(same_as)[:8]}{'...' if len(same_as) > 8 else ''} ({len(same_as)})")
+  if g < 2 or n % g:
     return None
   b = n // g
+  # Row r shares row s's extend only when s is in its group, adds tokens and shares no other
+  # row's (no chains); any other row extends on its own.
+  share = [s if s // g == r // g and counts_N[s] else r
+           for r, s in ((r, int(same_as[r])) for r in range(n))]
+  share = [s if share[s] == s else r for r, s in enumerate(share)]
   reps = [[] for _ in range(b)]
   for r in range(n):
-    s = int(same_as[r])
-    if counts_N[r] and (s == r or s // g != r // g or not counts_N[s]):
+    if counts_N[r] and share[r] == r:
       reps[r // g].append(r)
   d = 1
   while d < max(len(x) for x in reps):
@@ -92,8 +99,7 @@ def plan(counts_N: np.ndarray, same_as: Sequence[int], group_size: int,
   from_N = np.zeros((n,), np.int32)
   take_N = np.asarray(counts_N) > 0
   for r in np.nonzero(take_N)[0]:
-    s = int(same_as[r])
-    from_N[r] = slot[r] if r in slot else slot[s]
+    from_N[r] = slot[share[r]]
   return Plan(d, rows_M, counts_M, from_N, take_N)
 
 

@@ -37,6 +37,14 @@ def test_plan_of_two_groups_by_hand():
   # A pointer to a row of another group, or to a row without tokens, is no share.
   lone = shared_rows.plan(counts, [0, 0, 0, 0, 0, 4, 7, 7], group_size=4)
   np.testing.assert_array_equal(lone.rows_M, [0, 0, 4, 6])
+  # A chain (row 2 -> row 1 -> row 0) is no share for row 2: it extends on its own.
+  chain = shared_rows.plan(counts, [0, 0, 1, 0, 4, 4, 4, 7], group_size=4)
+  np.testing.assert_array_equal(chain.rows_M, [0, 2, 4, 4])
+  np.testing.assert_array_equal(chain.from_N[:7], [0, 0, 1, 0, 2, 2, 2])
+  with pytest.raises(ValueError, match="same_as"):
+    shared_rows.plan(counts, [0, 0, 0], group_size=4)
+  with pytest.raises(ValueError, match="same_as"):
+    shared_rows.plan(counts, [0, 0, 0, 0, 4, 4, 6, 8], group_size=4)
 
 
 @pytest.fixture(scope="module")
