@@ -172,11 +172,8 @@ class Sampler:
                        f"cache_len={self.cache_len}")
     bucket = bucket_length(int(counts.max()), self.buckets)
     state = self._room(state, int((own + counts).max()))
-    if same_as is not None:  # rows of other lengths hold other caches, whatever the host saw
-      same_as = [s if lengths[s] == lengths[r] and counts[s] == counts[r] else r
-                 for r, s in enumerate(same_as)]
-    shared = None if same_as is None else shared_rows.plan(counts, same_as, state.group_size,
-                                                           self.row_multiple)
+    shared = None if same_as is None else shared_rows.plan(
+        counts, same_as, state.group_size, self.row_multiple, lengths_N=lengths)
     if shared is None:
       tokens_NT, counts_N = pad_rows(new_tokens, bucket)
       return programs.extend(self.graphdef, self.params, state, tokens_NT, counts_N,

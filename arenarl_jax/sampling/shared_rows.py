@@ -62,9 +62,10 @@ class Plan:
 
 
 def plan(counts_N: np.ndarray, same_as: Sequence[int], group_size: int,
-         row_multiple: int = 1) -> Plan | None:
+         row_multiple: int = 1, lengths_N: np.ndarray | None = None) -> Plan | None:
   """The smaller batch, or None when it would not be smaller (or the mesh's 'data' axis,
-  ``row_multiple``, does not divide it)."""
+  ``row_multiple``, does not divide it). ``lengths_N``: the rows' cache lengths; rows of other
+  lengths hold other caches, whatever the host saw."""
   n, g = len(counts_N), group_size
   if len(same_as) != n or any(not 0 <= int(s) < n for s in same_as):
     raise ValueError(f"extend: same_as needs one row index in [0, {n}) per row, got "
@@ -72,9 +73,11 @@ def plan(counts_N: np.ndarray, same_as: Sequence[int], group_size: int,
   if g < 2 or n % g:
     return None
   b = n // g
-  # Row r shares row s's extend only when s is in its group, adds tokens and shares no other
-  # row's (no chains); any other row extends on its own.
-  share = [s if s // g == r // g and counts_N[s] else r
+  # Row r shares row s's extend only when s is in its group, adds as many tokens to a cache as
+  # long, and shares no other row's (no chains); any other row extends on its own.
+  lengths_N = np.zeros((n,), np.int64) if lengths_N is None else np.asarray(lengths_N)
+  share = [s if s // g == r // g and counts_N[s] and counts_N[s] == counts_N[r]
+           and lengths_N[s] == lengths_N[r] else r
            for r, s in ((r, int(same_as[r])) for r in range(n))]
   share = [s if share[s] == s else r for r, s in enumerate(share)]
   reps = [[] for _ in range(b)]

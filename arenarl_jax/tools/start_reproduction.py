@@ -17,8 +17,8 @@ depends on the CPU's instruction set (``cpu`` in START.json) and on the batch's 
 its matrix kernels, and so the order of a sum, per shape): the build rolled its tasks out in
 waves of ``eval.max_rows`` rows, this tool in one batch of the chosen ones by default. A
 rounding change matters only where two tokens' logits are nearly tied; after one different
-token the roll-out goes its own way and may meet other requirements. ``matched`` counts tasks whose met and total
-both equal the record.
+token the roll-out goes its own way and may meet other requirements. ``matched`` counts tasks
+whose met and total both equal the record.
 
 ``reproduced`` applies the tolerance (``reproduces``): on the CPU kind that built the start
 (``cpu_kind(amx=True)`` equal to the record's) every task must match; on another kind all but

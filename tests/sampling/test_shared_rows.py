@@ -38,9 +38,15 @@ def test_plan_of_two_groups_by_hand():
   lone = shared_rows.plan(counts, [0, 0, 0, 0, 0, 4, 7, 7], group_size=4)
   np.testing.assert_array_equal(lone.rows_M, [0, 0, 4, 6])
   # A chain (row 2 -> row 1 -> row 0) is no share for row 2: it extends on its own.
-  chain = shared_rows.plan(counts, [0, 0, 1, 0, 4, 4, 4, 7], group_size=4)
-  np.testing.assert_array_equal(chain.rows_M, [0, 2, 4, 4])
-  np.testing.assert_array_equal(chain.from_N[:7], [0, 0, 1, 0, 2, 2, 2])
+  chain = shared_rows.plan(counts, [0, 0, 1, 0, 4, 4, 6, 7], group_size=4)
+  np.testing.assert_array_equal(chain.rows_M, [0, 2, 4, 6])
+  np.testing.assert_array_equal(chain.from_N[:7], [0, 0, 1, 0, 2, 2, 3])
+  # Rows of other token counts or other cache lengths hold other caches: no share.
+  other = shared_rows.plan(counts, [0, 0, 0, 0, 4, 4, 4, 7], group_size=4)  # row 6: 2 vs 5
+  np.testing.assert_array_equal(other.rows_M, [0, 0, 4, 6])
+  lengths = np.array([9, 9, 9, 8, 9, 9, 9, 9])
+  uneven = shared_rows.plan(counts, [0, 0, 0, 0, 4, 4, 6, 7], group_size=4, lengths_N=lengths)
+  np.testing.assert_array_equal(uneven.rows_M, [0, 3, 4, 6])
   with pytest.raises(ValueError, match="same_as"):
     shared_rows.plan(counts, [0, 0, 0], group_size=4)
   with pytest.raises(ValueError, match="same_as"):
