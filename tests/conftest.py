@@ -22,15 +22,18 @@ import fcntl  # noqa: E402
 import shutil  # noqa: E402
 import tempfile  # noqa: E402
 
-import jax  # noqa: E402,F401  (imported before the cache variables below: this process keeps none)
+import jax  # noqa: E402,F401
 
 # One folder per test run, shared by every process of the run: the first process (pytest itself,
 # or the controller of pytest-xdist's workers, which inherit its environment) creates it and
 # removes it at the end. It holds
-#  - one persistent compilation cache, for the subprocesses only (pipelines, config smoke runs,
-#    multi-process and fresh-interpreter tests): they compile the same small programs, and each
-#    finds what an earlier one compiled. This process has already read its jax config, so its
-#    compile counts stay exact;
+#  - one persistent compilation cache, for every process that starts after this point: the
+#    pytest-xdist workers and the subprocesses (pipelines, config smoke runs, multi-process and
+#    fresh-interpreter tests) inherit the variables below before they import jax (only this first
+#    process, which imported it above, keeps none). They compile the same small programs, and
+#    each finds what an earlier one compiled. A test that counts compilations
+#    (``rollout.agent_loop.CompileCounter``) counts loads from the cache too, so its count does
+#    not depend on which tests ran before it;
 #  - what a session fixture builds once for the whole run (``shared_folder``, ``shared_path``):
 #    SmolLM2 as transformers reads it and as we convert it, whichever worker asks first.
 _SHARED_VAR = "ARENARL_TEST_SHARED"

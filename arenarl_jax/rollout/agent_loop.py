@@ -380,9 +380,14 @@ def _summary(stats: dict[str, Any], rows: Sequence[_Row], temperature: float) ->
 
 
 class CompileCounter:
-  """Counts XLA compilations while active (``with CompileCounter() as c: ...; c.count``)."""
+  """Counts the programs XLA builds while active (``with CompileCounter() as c: ...; c.count``):
+  each one compiled, or loaded from JAX's persistent compilation cache. JAX times both under one
+  event, and a load must count: it is a program this process had to build again, and without it
+  a count would depend on what other processes sharing the cache compiled before (the test
+  suite's workers share one; its ``test_rollout_model.py`` checks this)."""
 
-  EVENT = "/jax/core/compile/backend_compile_duration"
+  EVENT = "/jax/core/compile/backend_compile_duration"  # a compile, or a load from the cache
+  LOADED = "/jax/compilation_cache/cache_hits"
 
   def __init__(self):
     self.count = 0

@@ -2,6 +2,8 @@
 step, the ceiling and every model's forward and sampler fractions in one RESULT line."""
 from __future__ import annotations
 
+import math
+
 import pytest
 
 # benchmarks/accelerator.py and benchmarks/accelerator_measure.py, importable by name: the suite's
@@ -28,7 +30,10 @@ def test_dry_run_end_to_end(capsys, monkeypatch, smollm2_cache_dir):
       assert 0 < frac < 10, (prefix, part, frac)  # a number, of a sane order
       assert float(keys[f"{prefix}_{part}_tok_s"]) > 0
     assert float(keys[f"{prefix}_decode_step_ms"]) > 0
-    assert 0 < float(keys[f"{prefix}_decode_hbm_frac"]) < 10
+    # No upper bound: the dry run times one decode step and one 1 MiB read once each, on a CPU
+    # the other worker shares, so their ratio swings (25 was seen under load).
+    hbm_frac = float(keys[f"{prefix}_decode_hbm_frac"])
+    assert hbm_frac > 0 and math.isfinite(hbm_frac)
   assert float(keys["ceiling_tflops"]) > 0 and float(keys["bandwidth_gb_s"]) > 0
 
 

@@ -1,6 +1,10 @@
 """The rollout with the real sampler on a tiny random model steered into tool calls: end to end,
 compile counts, and the recorded log-probs against a teacher-forced pass."""
 import functools
+import os
+import subprocess
+import sys
+import textwrap
 
 import jax
 import jax.numpy as jnp
@@ -15,6 +19,7 @@ from arenarl_jax.rollout.agent_loop import CompileCounter, Rollout
 from arenarl_jax.rollout.settings import RolloutSettings
 from arenarl_jax.sampling.sampler import Sampler, SamplingSettings
 from arenarl_jax.testing.rollout_fakes import FakeToolSource, Steered, smollm2_tokenizer
+
 
 def tasks(offset):
   # Same token lengths in both rollouts (one digit changes), so the shapes repeat.
@@ -96,3 +101,29 @@ def test_recorded_logprobs_equal_a_teacher_forced_pass(rolled):
     m = t.loss_mask.astype(bool)
     np.testing.assert_allclose(t.logprobs[m], want[k, :len(t.tokens)][m], atol=1e-4, rtol=0)
     assert not t.logprobs[~m].any()
+
+
+def test_a_program_loaded_from_the_persistent_cache_counts_as_built(tmp_path):
+  """A fresh process with its own persistent compilation cache compiles one program, clears its
+  in-memory caches and calls it again: the second build is a load from the cache, and the
+  counter counts both (the suite's processes share one cache, so a count that left loads out
+  would depend on which tests ran first)."""
+  code = textwrap.dedent("""
+      import jax, jax.numpy as jnp
+      from arenarl_jax.rollout.agent_loop import CompileCounter
+      loads = []
+      jax.monitoring.register_event_listener(
+          lambda event, **_: loads.append(event) if event == CompileCounter.LOADED else None)
+      x = jnp.arange(3.0)
+      with CompileCounter() as counter:
+        jax.jit(lambda v: jnp.sin(v) * 3)(x).block_until_ready()
+        jax.clear_caches()
+        jax.jit(lambda v: jnp.sin(v) * 3)(x).block_until_ready()
+      print(counter.count, len(loads))
+      """)
+  env = {**os.environ, "JAX_COMPILATION_CACHE_DIR": str(tmp_path),
+         "JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS": "0",
+         "JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES": "0"}
+  out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
+                       timeout=120, check=True)
+  assert out.stdout.split() == ["2", "1"], out.stdout + out.stderr[-2000:]

@@ -9,6 +9,7 @@ from arenarl_jax.models import kv_cache
 from arenarl_jax.models.config import PRESETS, ModelConfig
 from arenarl_jax.models.kv_cache import KVCache
 from arenarl_jax.models.transformer import make_model, set_attention
+from arenarl_jax.rollout.agent_loop import CompileCounter
 from arenarl_jax.sampling.sampler import (PAD, Sampler, SamplingSettings, finish_reasons, sample,
                                  token_lists)
 
@@ -238,12 +239,6 @@ def test_multi_turn_equals_a_fresh_prefill_of_the_whole_history(tiny):
 
 
 def test_a_whole_rollout_compiles_a_few_programs_once(tiny):
-  compiles = []
-
-  def on_event(event, duration, **_):
-    if event == "/jax/core/compile/backend_compile_duration":
-      compiles.append(duration)
-
   sampler = Sampler(tiny, cache_len=96, buckets=(8, 16, 32, 96))
   settings = SamplingSettings(temperature=1.0, max_new_tokens=6)
   rng = np.random.default_rng(0)
@@ -263,19 +258,16 @@ def test_a_whole_rollout_compiles_a_few_programs_once(tiny):
     sizes.add(state.cache.n_slots)
     return token_lists(out)
 
-  jax.monitoring.register_event_duration_secs_listener(on_event)
-  try:
+  with CompileCounter() as compiles:  # loads from the suite's shared compilation cache count
     rollout(0)
-    first = len(compiles)
+    first = compiles.count
     rollout(10)
-  finally:
-    jax.monitoring.unregister_event_duration_listener(on_event)
   # Rows hold up to 6 + 3 * (7 + 6) = 45 tokens of their own: cache sizes 32 and 64 of the
   # ladder. Programs: prefill, begin/end of a turn, and per cache size one decode, one extend (one
   # observation bucket) and one resize into it.
   assert sizes == {32, 64}
   assert 5 <= first <= 3 + 3 * len(sizes), first
-  assert len(compiles) == first  # a second rollout of other lengths compiles nothing
+  assert compiles.count == first  # a second rollout of other lengths compiles nothing
 
 
 def test_a_growing_cache_gives_the_same_rollout_as_a_fixed_one(tiny):
