@@ -387,7 +387,6 @@ class CompileCounter:
   suite's workers share one; its ``test_rollout_model.py`` checks this)."""
 
   EVENT = "/jax/core/compile/backend_compile_duration"  # a compile, or a load from the cache
-  LOADED = "/jax/compilation_cache/cache_hits"
 
   def __init__(self):
     self.count = 0

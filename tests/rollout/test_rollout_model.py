@@ -113,7 +113,7 @@ def test_a_program_loaded_from_the_persistent_cache_counts_as_built(tmp_path):
       from arenarl_jax.rollout.agent_loop import CompileCounter
       loads = []
       jax.monitoring.register_event_listener(
-          lambda event, **_: loads.append(event) if event == CompileCounter.LOADED else None)
+          lambda event, **_: loads.append(event) if event == "/jax/compilation_cache/cache_hits" else None)
       x = jnp.arange(3.0)
       with CompileCounter() as counter:
         jax.jit(lambda v: jnp.sin(v) * 3)(x).block_until_ready()
