@@ -90,7 +90,8 @@ def assert_on_run_mesh(model, config):
 
 
 # ------------------------------------------------------------------------------- smollm2_travel
-def test_smollm2_travel_loads_the_real_checkpoint_through_the_config(tmp_path, monkeypatch):
+def test_smollm2_travel_loads_the_real_checkpoint_through_the_config(tmp_path, monkeypatch,
+                                                                    smollm2):
   stores = []
 
   def counted(*args, **kwargs):
@@ -113,7 +114,7 @@ def test_smollm2_travel_loads_the_real_checkpoint_through_the_config(tmp_path, m
   assert len(stores) == 1 and stores[0].bytes_read == 4 * policy.cfg.num_params()
   assert policy.tokenizer.vocab_size == 49_152  # SmolLM2's own, from the GGUF
   assert policy.tokenizer.encode("<|im_end|>") == [policy.tokenizer.eos_id]
-  _, full = loading.load_model("smollm2")
+  _, full = smollm2  # the whole model, from the run's shared cache (never the user's)
   kept = nnx.to_pure_dict(nnx.state(policy.model))
   ref = nnx.to_pure_dict(nnx.state(full))
   assert sorted(kept["layers"]) == [0, 1]
