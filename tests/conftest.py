@@ -77,7 +77,7 @@ def shared_folder(name: str, build) -> str:
 # (whole pipelines in subprocesses, SmolLM2 judges, eight-device updates) are handed out first,
 # longest first, so the run does not end with one worker finishing a long file while the other
 # idles. Their order is each file's summed test durations in a quiet run (tests/README.md, run
-# 47: 103 s for test_config_runs.py down to 17 s); every other file follows in collection order.
+# 47); every other file follows in collection order.
 LONGEST_FIRST = (
     "test_config_runs.py", "tools/test_start_reproduction.py", "test_pipeline_smoke.py",
     "experiments/test_training_studies.py", "rl/test_closed_loop.py", "test_colabs.py",
