@@ -2,7 +2,8 @@
 its validation tasks, verified, against the per-task met that ``START.json`` recorded.
 
   python -m arenarl_jax.tools.start_reproduction --config=configs/smollm2_travel.py:build_start \
-      [--subtasks=search,compare] [--tasks_per_subtask=2] [--max_rows=0] [--set=KEY=VALUE ...]
+      [--subtasks=search,compare] [--tasks_per_subtask=2] [--max_rows=0] [--cache=ladder|full] \
+      [--set=KEY=VALUE ...]
 
 ``--config`` is the config that builds the start (``start.name``); the tool loads the start as
 a run that names it does (``start.build`` off), takes the first ``--tasks_per_subtask`` tasks of
@@ -11,6 +12,14 @@ waves of ``--max_rows`` rows, as an evaluation does), and compares each task's v
 total) with the record. Prints one line per task and ends with ``RESULT tasks=... matched=...
 met=... recorded_met=... cpu=... recorded_cpu=... reproduced=0|1 max_rows=... rollout_s=...
 peak_rss_gb=...`` (``rollout_s``: the roll-outs' wall time, compiles included).
+
+``--cache=full`` holds every row's cache at ``sampling.cache_len`` from the start instead of
+growing it along the sampler's ladder of sizes as a run does. Each size on the ladder is a decode
+program to compile (a SmolLM2 search answer's rows pass through 7), while the CPU attention
+kernel reads only a row's filled slots, so a few rows decode as fast in the full cache and the
+tool spends far less time compiling (benchmarks/README.md, "Loading it reproduces the record").
+It costs memory (``cache_len`` slots a row: about 190 MB for SmolLM2 at 4,096), so it suits few
+rows; a cache size is one more shape, like the batch's, that may change the rounding (below).
 
 What can differ. Greedy decoding is deterministic on one machine, but its float rounding
 depends on the CPU's instruction set (``cpu`` in START.json) and on the batch's shape (XLA picks
@@ -102,6 +111,9 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
   parser.add_argument("--tasks_per_subtask", type=int, default=2)
   parser.add_argument("--max_rows", type=int, default=0,
                       help="roll out in waves of at most this many rows (0: one batch)")
+  parser.add_argument("--cache", choices=("ladder", "full"), default="ladder",
+                      help="ladder: grow each row's cache as a run does; full: one cache size "
+                      "(sampling.cache_len), one decode program to compile")
   parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                       help="change a config key (e.g. model.cache_dir=DIR), as headroom's --set")
   args = parser.parse_args(argv)
@@ -123,6 +135,8 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
   with tempfile.TemporaryDirectory(prefix="start_reproduction_") as workdir:
     policy = pipeline.starting_policy(config, workdir, env, mesh)
     evaluator = pipeline.make_evaluator(config, env, policy, workdir, mesh)
+    if args.cache == "full":
+      evaluator.sampler.cache_sizes = (evaluator.sampler.cache_len,)
     subtasks = [s for s in args.subtasks.split(",") if s]
     evaluator.tasks = chosen_tasks(evaluator.tasks, subtasks, args.tasks_per_subtask)
     t0 = time.perf_counter()
@@ -137,12 +151,13 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
   out["reproduced"] = reproduces(out["matched"], out["tasks"], out["cpu"], out["recorded_cpu"])
   print(f"start {start.name!r} ({start_lib.start_dir(start)}), built on {out['recorded_cpu']}, "
         f"rolled out here on {out['cpu']}: {out['tasks']} {settings['eval.split']} tasks, greedy, "
-        + (f"waves of {args.max_rows} rows" if args.max_rows else "one batch"))
+        + (f"waves of {args.max_rows} rows" if args.max_rows else "one batch")
+        + f", cache {args.cache}")
   print("\n".join(lines))
   print(f"RESULT tasks={out['tasks']} matched={out['matched']} met={out['met']:.4f} "
         f"recorded_met={out['recorded_met']:.4f} cpu={out['cpu']} "
         f"recorded_cpu={out['recorded_cpu']} reproduced={int(out['reproduced'])} "
-        f"max_rows={args.max_rows} rollout_s={rollout_s:.1f} "
+        f"max_rows={args.max_rows} cache={args.cache} rollout_s={rollout_s:.1f} "
         f"peak_rss_gb={resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20:.2f}")
   return out
 

@@ -55,20 +55,21 @@ def test_pinned_smollm2_start_reproduces_its_recorded_validation_met(smollm2_cac
   its base digest checked) rolls out two search and two direction tasks in one batch of 4 (the
   build rolled out waves of 20), a new process with XLA's default flags on one CPU device as the
   build had; the tool's tolerance decides (exact on the building CPU kind). Search and direction
-  answers are the shortest: their rows grow through 7 cache sizes where a compare answer's grow
-  through 9, and each size is a decode program to compile, so 4 such tasks cost less than one
-  of each of three subtasks."""
+  answers are the shortest. ``--cache=full``: one cache size, so one decode program to compile
+  where the run's ladder of sizes compiles one per size (7 for these rows), which took a third of
+  this test's time; the cache size is one more shape, like the batch's, that the record must
+  survive."""
   record = start_lib.read_record(SMOLLM2_START)
   env = {k: v for k, v in os.environ.items() if k != "XLA_FLAGS"}
   result = subprocess.run(
       [sys.executable, "-m", "arenarl_jax.tools.start_reproduction",
        "--config=configs/smollm2_travel.py:build_start", "--subtasks=search,direction",
-       "--tasks_per_subtask=2", f"--set=model.cache_dir={smollm2_cache_dir}"],
+       "--tasks_per_subtask=2", "--cache=full", f"--set=model.cache_dir={smollm2_cache_dir}"],
       cwd=ROOT, env=env, capture_output=True, text=True, timeout=600, check=False)
   assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
   line = result.stdout.strip().splitlines()[-1]
   out = dict(item.split("=", 1) for item in line.split()[1:])
-  assert out["tasks"] == "4" and out["reproduced"] == "1"
+  assert out["tasks"] == "4" and out["reproduced"] == "1" and out["cache"] == "full"
   assert out["recorded_cpu"] == record["cpu"] and out["cpu"] == backend.cpu_kind(amx=True)
   if out["cpu"] == record["cpu"]:
     assert out["matched"] == "4" and out["met"] == out["recorded_met"]
