@@ -8,7 +8,8 @@
 a workdir that already holds files is refused (the job would resume from its checkpoints and
 the block would show a resumed run's times), never deleted. It tees its output to ``<workdir>/output.txt`` and then copies the final
 evaluation's table, the time per stage and the ``RESULT`` line into README.md between the
-``quickstart-output`` markers, with the run's wall time, date and load average. Ends with
+``quickstart-output`` markers, with the run's wall time, date and load average (``--log``: only
+when the saved output was read, since its run was not timed here). Ends with
 ``RESULT readme_updated=1 wall_s=…``.
 """
 from __future__ import annotations
@@ -38,9 +39,14 @@ def final_section(output: str) -> str:
   return "\n".join(lines[starts[-1]:ends[-1] + 1])
 
 
-def render_block(section: str, *, wall_s: float | None, when: str, load: str) -> str:
-  head = f"Printed by the last run of the command above ({when}, load average {load}"
-  head += f", {wall_s / 60:.1f} min end to end):" if wall_s is not None else "):"
+def render_block(section: str, *, wall_s: float | None, when: str, load: str | None) -> str:
+  """The marked block. A run this script timed names its load and wall time; a saved log names
+  only when it was read (its run's load and time were not measured here)."""
+  if load is None:
+    head = f"Printed by a run of the command above (its saved output, read {when}):"
+  else:
+    head = f"Printed by the last run of the command above ({when}, load average {load}"
+    head += f", {wall_s / 60:.1f} min end to end):" if wall_s is not None else "):"
   return f"{BEGIN}\n{head}\n```\n{section}\n```\n{END}"
 
 
@@ -85,11 +91,11 @@ def main(argv=None) -> None:
   parser.add_argument("--workdir", default="runs/quickstart")
   parser.add_argument("--readme", default=str(ROOT / "README.md"))
   args = parser.parse_args(argv)
-  load = f"{os.getloadavg()[0]:.1f}"
   if args.run:
     output, wall = run_quickstart(ROOT / args.workdir)
+    load = f"{os.getloadavg()[0]:.1f}"
   else:
-    output, wall = pathlib.Path(args.log).read_text(), None
+    output, wall, load = pathlib.Path(args.log).read_text(), None, None
   when = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
   block = render_block(final_section(output), wall_s=wall, when=when, load=load)
   readme = pathlib.Path(args.readme)

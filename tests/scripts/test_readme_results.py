@@ -47,6 +47,8 @@ def test_replace_block_is_idempotent_and_keeps_the_rest(tmp_path):
   twice = readme.read_text()
   assert once.startswith("# top\n") and once.endswith("\nrest\n") and "old" not in once
   assert "win_rate_vs_sft=0.6100" in once
+  # A saved log's run was not timed here: its header claims no load average or wall time.
+  assert "its saved output" in once.splitlines()[2] and "load average" not in once
   assert once.splitlines()[3:] == twice.splitlines()[3:]  # all but the date line
 
 
