@@ -170,13 +170,13 @@ def study_module(directory: str | pathlib.Path, defines: str):
   folder of its kind must define, for the error when the file is missing. A bare study name
   (``topologies``) that is not a folder here names the repository's ``experiments/<name>``."""
   given = pathlib.Path(directory)
-  shipped = pathlib.Path(__file__).resolve().parents[2] / "experiments" / given
-  if not given.is_dir() and len(given.parts) == 1 and shipped.is_dir():
-    given = shipped
+  repository = pathlib.Path(__file__).resolve().parents[2] / "experiments"
+  if not given.is_dir() and len(given.parts) == 1 and (repository / given).is_dir():
+    given = repository / given
   directory = given.resolve()
   path = directory / "study.py"
   if not path.is_file():
-    known = sorted(p.parent.name for p in shipped.parent.glob("*/study.py"))
+    known = sorted(p.parent.name for p in repository.glob("*/study.py"))
     raise FileNotFoundError(f"{path}: a study folder defines study.py with {defines} "
                             f"(the repository's studies: {', '.join(known)})")
   spec = importlib.util.spec_from_file_location(f"study_{directory.name}", path)

@@ -258,3 +258,8 @@ def test_a_bare_study_name_names_the_repositorys_study_and_a_wrong_one_lists_the
   assert path == directory / "study.py" and directory.parent.name == "experiments"
   with pytest.raises(FileNotFoundError, match=r"topolgies/study.py.*studies: .*topologies"):
     study_lib.study_module("topolgies", "runs(preset)")
+  # A folder that is not a study (experiments/multihost holds a launch script), named as a
+  # user in the repository's root names it, lists them too.
+  monkeypatch.chdir(directory.parent.parent)
+  with pytest.raises(FileNotFoundError, match=r"multihost/study.py.*studies: .*topologies"):
+    study_lib.study_module("experiments/multihost", "runs(preset)")
