@@ -181,6 +181,7 @@ def pipeline(config: ml_collections.ConfigDict, workdir: str,
   main_process = jax.process_index() == 0
   mesh = make_mesh(config)
   env = base.make_environment_from_config(config.env)
+  experience.chosen_subtasks(config.rl.subtasks, env.subtasks)  # a typo fails before SFT
   t_build = time.perf_counter()
   # Process 0 builds the dataset and trains and saves the tokenizer before the others look.
   data_path = hosts.process_0_first(lambda: dataset_path(config), "dataset")
@@ -220,7 +221,9 @@ def pipeline(config: ml_collections.ConfigDict, workdir: str,
 
   if "rl" in stages and config.rl.steps > 0:
     t0 = time.perf_counter()
-    tasks = experience.tasks_from_records(builder.data_source(data_path, "train"))
+    tasks = experience.tasks_of_subtasks(
+        experience.tasks_from_records(builder.data_source(data_path, "train")),
+        config.rl.subtasks)
     truth = (run.checker_judge(env) if config.judge.backend in ("rubric", "verifier")
              else None)
     eval_settings = EvalSettings.from_config(config.eval)

@@ -92,7 +92,8 @@ def main(argv=None):
   workdir = tempfile.mkdtemp(prefix="rl_step_")
   env = base.make_environment_from_config(config.env)
   policy, source = start_policy(config, workdir, env, args.from_workdir)
-  tasks = experience.tasks_from_records(builder.data_source(pipeline.dataset_path(config), "train"))
+  tasks = experience.tasks_of_subtasks(experience.tasks_from_records(
+      builder.data_source(pipeline.dataset_path(config), "train")), config.rl.subtasks)
   mesh = pipeline.make_mesh(config)
   rollout = pipeline.make_experience(config, env, policy, tasks,
                                      pipeline.make_training_judge(config, env, mesh), mesh,

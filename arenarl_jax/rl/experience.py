@@ -54,6 +54,23 @@ def tasks_from_records(source: Any) -> list[base.Task]:
   return out
 
 
+def chosen_subtasks(subtasks: str, known: Sequence[str]) -> list[str]:
+  """The comma-separated ``subtasks`` (``rl.subtasks``), each checked against ``known``; empty
+  when all are chosen. A name not in ``known`` is an error naming the key."""
+  wanted = [s.strip() for s in subtasks.split(",") if s.strip()]
+  unknown = [s for s in wanted if s not in known]
+  if unknown:
+    raise ValueError(f"rl.subtasks={subtasks!r}: {unknown} not among the subtasks "
+                     f"{list(known)}")
+  return wanted
+
+
+def tasks_of_subtasks(tasks: Sequence[base.Task], subtasks: str) -> list[base.Task]:
+  """The tasks of the comma-separated ``subtasks`` (``rl.subtasks``; "" = all), in order."""
+  wanted = chosen_subtasks(subtasks, list(dict.fromkeys(t.subtask for t in tasks)))
+  return [t for t in tasks if not wanted or t.subtask in wanted]
+
+
 class Experience:
   """``experience(params, *, step, prompt_ids, all_prompt_ids, key)`` for ``rl/loop.run``.
 

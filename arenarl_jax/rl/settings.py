@@ -124,6 +124,9 @@ class RlSettings:
   # none | permute | flip (rl/advantages.py control_advantages): a control run's advantages,
   # shuffled within each group (same magnitudes, no information) or negated.
   advantage_control: str = "none"
+  # Comma-separated subtasks the RL prompts are drawn from (the train split's tasks of those
+  # subtasks); "" = every subtask. The evaluation is unchanged: it keeps all of them.
+  subtasks: str = ""
   seed: int = outside(0, "seed")
   remat: str = outside(REMAT_TRAINING_DEFAULT, "model.remat")
   loss: LossSettings = outside(LossSettings(), "loss")
