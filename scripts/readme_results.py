@@ -40,13 +40,13 @@ def final_section(output: str) -> str:
 
 
 def render_block(section: str, *, wall_s: float | None, when: str, load: str | None) -> str:
-  """The marked block. A run this script timed names its load and wall time; a saved log names
-  only when it was read (its run's load and time were not measured here)."""
-  if load is None:
+  """The marked block. A run this script timed (``wall_s`` and ``load`` given) names its load
+  and wall time; a saved log (both None) names only when it was read."""
+  if wall_s is None or load is None:
     head = f"Printed by a run of the command above (its saved output, read {when}):"
   else:
-    head = f"Printed by the last run of the command above ({when}, load average {load}"
-    head += f", {wall_s / 60:.1f} min end to end):" if wall_s is not None else "):"
+    head = (f"Printed by the last run of the command above ({when}, load average {load}, "
+            f"{wall_s / 60:.1f} min end to end):")
   return f"{BEGIN}\n{head}\n```\n{section}\n```\n{END}"
 
 
